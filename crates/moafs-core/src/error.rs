@@ -1,0 +1,99 @@
+//! Errors of the engine, with one mapping to errno at the edge.
+
+use crate::device::DeviceError;
+
+/// Everything an engine operation can fail with. `Corrupt` (bad bytes on the device) is kept
+/// apart from `Device` (the device refused the I/O) and from the POSIX-level errors.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("device error: {0}")]
+    Device(#[from] DeviceError),
+    #[error("corrupt {what} at block {block}: {detail}")]
+    Corrupt {
+        what: &'static str,
+        block: u64,
+        detail: String,
+    },
+    #[error("not a moafs image: {detail}")]
+    NotMoafs { detail: String },
+    #[error("unsupported on-disk format version {found} (this build reads version {supported})")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    #[error("invalid argument: {detail}")]
+    Invalid { detail: String },
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("no such attribute")]
+    NoAttr,
+    #[error("value too large for the buffer")]
+    Range,
+    #[error("file too large")]
+    FileTooBig,
+    #[error("operation not permitted")]
+    NotPermitted,
+    #[error("permission denied")]
+    Access,
+    #[error("operation not supported")]
+    NotSupported,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("stale file handle (inode {ino})")]
+    Stale { ino: u64 },
+}
+
+impl FsError {
+    /// The errno this error is reported as to applications.
+    pub fn to_errno(&self) -> i32 {
+        match self {
+            FsError::Device(_) => libc::EIO,
+            FsError::Corrupt { .. } => libc::EUCLEAN,
+            FsError::NotMoafs { .. } | FsError::UnsupportedVersion { .. } => libc::EINVAL,
+            FsError::Invalid { .. } => libc::EINVAL,
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::NoSpace => libc::ENOSPC,
+            FsError::TooManyLinks => libc::EMLINK,
+            FsError::NoAttr => libc::ENODATA,
+            FsError::Range => libc::ERANGE,
+            FsError::FileTooBig => libc::EFBIG,
+            FsError::NotPermitted => libc::EPERM,
+            FsError::Access => libc::EACCES,
+            FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::Stale { .. } => libc::ESTALE,
+        }
+    }
+
+    pub fn corrupt(what: &'static str, block: u64, detail: impl Into<String>) -> Self {
+        FsError::Corrupt {
+            what,
+            block,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        FsError::Invalid {
+            detail: detail.into(),
+        }
+    }
+}
+
+pub type FsResult<T> = Result<T, FsError>;

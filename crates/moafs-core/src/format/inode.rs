@@ -1,0 +1,101 @@
+//! Inode slots: 256 bytes each in the group's inode table, crc salted with the inode number.
+
+use super::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, seal, verify};
+use crate::error::FsResult;
+
+pub const INODE_BYTES: usize = 256;
+/// Direct block pointers per inode: a "small file" has at most this many blocks.
+pub const N_DIRECT: usize = 12;
+const CRC_AT: usize = 252;
+
+/// An inode as stored. `mode` holds the file type bits and the permission bits as `st_mode`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskInode {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// Blocks allocated to the file (data, indirect, xattr), in file-system blocks.
+    pub blocks: u64,
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+    pub crtime: (i64, u32),
+    pub rdev: u32,
+    pub generation: u32,
+    pub flags: u32,
+    pub xattr_block: u32,
+    pub direct: [u32; N_DIRECT],
+    /// Single, double and triple indirect blocks.
+    pub indirect: [u32; 3],
+    /// Directories: the inode number of the parent directory.
+    pub parent: u64,
+}
+
+impl DiskInode {
+    pub fn is_free(&self) -> bool {
+        self.mode == 0
+    }
+
+    pub fn encode_into(&self, slot: &mut [u8], ino: u64) {
+        slot.fill(0);
+        put_u32(slot, 0, self.mode);
+        put_u32(slot, 4, self.uid);
+        put_u32(slot, 8, self.gid);
+        put_u32(slot, 12, self.nlink);
+        put_u64(slot, 16, self.size);
+        put_u64(slot, 24, self.blocks);
+        let times = [self.atime, self.mtime, self.ctime, self.crtime];
+        for (i, (s, ns)) in times.iter().enumerate() {
+            put_u64(slot, 32 + i * 12, *s as u64);
+            put_u32(slot, 40 + i * 12, *ns);
+        }
+        put_u32(slot, 80, self.rdev);
+        put_u32(slot, 84, self.generation);
+        put_u32(slot, 88, self.flags);
+        put_u32(slot, 92, self.xattr_block);
+        for (i, p) in self.direct.iter().enumerate() {
+            put_u32(slot, 96 + i * 4, *p);
+        }
+        for (i, p) in self.indirect.iter().enumerate() {
+            put_u32(slot, 144 + i * 4, *p);
+        }
+        put_u64(slot, 160, self.parent);
+        put_u16(slot, 168, 1); // slot layout version
+        seal(slot, CRC_AT, ino);
+    }
+
+    /// Decodes slot bytes of inode `ino`. An all-zero slot is a free inode (no crc).
+    pub fn decode(slot: &[u8], ino: u64, block: u64) -> FsResult<DiskInode> {
+        if slot.iter().all(|b| *b == 0) {
+            return Ok(DiskInode::default());
+        }
+        verify(slot, CRC_AT, ino, "inode", block)?;
+        let time = |i: usize| (get_u64(slot, 32 + i * 12) as i64, get_u32(slot, 40 + i * 12));
+        let mut direct = [0u32; N_DIRECT];
+        for (i, p) in direct.iter_mut().enumerate() {
+            *p = get_u32(slot, 96 + i * 4);
+        }
+        let _layout = get_u16(slot, 168);
+        Ok(DiskInode {
+            mode: get_u32(slot, 0),
+            uid: get_u32(slot, 4),
+            gid: get_u32(slot, 8),
+            nlink: get_u32(slot, 12),
+            size: get_u64(slot, 16),
+            blocks: get_u64(slot, 24),
+            atime: time(0),
+            mtime: time(1),
+            ctime: time(2),
+            crtime: time(3),
+            rdev: get_u32(slot, 80),
+            generation: get_u32(slot, 84),
+            flags: get_u32(slot, 88),
+            xattr_block: get_u32(slot, 92),
+            direct,
+            indirect: [get_u32(slot, 144), get_u32(slot, 148), get_u32(slot, 152)],
+            parent: get_u64(slot, 160),
+        })
+    }
+}

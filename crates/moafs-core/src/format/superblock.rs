@@ -1,0 +1,128 @@
+//! The superblock: block 0, with backups in the first block of group 1 and of the last group.
+
+use super::{get_u32, get_u64, put_u32, put_u64, seal, verify};
+use crate::error::{FsError, FsResult};
+
+pub const SB_MAGIC: &[u8; 8] = b"MOAFS\0v1";
+/// Disk-format version, independent of the crate version.
+pub const FORMAT_VERSION: u32 = 1;
+/// `state`: cleanly unmounted.
+pub const STATE_CLEAN: u32 = 1;
+/// `state`: mounted (or the last mount did not end cleanly).
+pub const STATE_MOUNTED: u32 = 2;
+/// The superblock's encoded fields occupy the first 256 bytes of its block; the crc is at 252.
+pub const SB_CRC_AT: usize = 252;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub format_version: u32,
+    pub block_size: u32,
+    pub total_blocks: u64,
+    pub blocks_per_group: u32,
+    pub inodes_per_group: u32,
+    pub uuid: [u8; 16],
+    pub created_sec: u64,
+    pub mount_count: u32,
+    pub state: u32,
+    pub free_blocks: u64,
+    pub free_inodes: u64,
+    pub root_ino: u64,
+    pub features_compat: u64,
+    pub features_incompat: u64,
+    pub features_ro_compat: u64,
+    pub label: [u8; 32],
+    pub last_write_sec: u64,
+}
+
+impl Superblock {
+    /// Encodes into a full block.
+    pub fn encode(&self, block_size: u32) -> Vec<u8> {
+        let mut b = vec![0u8; block_size as usize];
+        b[0..8].copy_from_slice(SB_MAGIC);
+        put_u32(&mut b, 8, self.format_version);
+        put_u32(&mut b, 12, self.block_size);
+        put_u64(&mut b, 16, self.total_blocks);
+        put_u32(&mut b, 24, self.blocks_per_group);
+        put_u32(&mut b, 28, self.inodes_per_group);
+        b[32..48].copy_from_slice(&self.uuid);
+        put_u64(&mut b, 48, self.created_sec);
+        put_u32(&mut b, 56, self.mount_count);
+        put_u32(&mut b, 60, self.state);
+        put_u64(&mut b, 64, self.free_blocks);
+        put_u64(&mut b, 72, self.free_inodes);
+        put_u64(&mut b, 80, self.root_ino);
+        put_u64(&mut b, 88, self.features_compat);
+        put_u64(&mut b, 96, self.features_incompat);
+        put_u64(&mut b, 104, self.features_ro_compat);
+        b[112..144].copy_from_slice(&self.label);
+        put_u64(&mut b, 144, self.last_write_sec);
+        seal(&mut b[..256], SB_CRC_AT, 0);
+        b
+    }
+
+    /// Decodes and validates a superblock read from `block`.
+    pub fn decode(b: &[u8], block: u64) -> FsResult<Superblock> {
+        if b.len() < 256 || &b[0..8] != SB_MAGIC {
+            return Err(FsError::NotMoafs {
+                detail: format!("no moafs magic at block {block}"),
+            });
+        }
+        verify(&b[..256], SB_CRC_AT, 0, "superblock", block)?;
+        let sb = Superblock {
+            format_version: get_u32(b, 8),
+            block_size: get_u32(b, 12),
+            total_blocks: get_u64(b, 16),
+            blocks_per_group: get_u32(b, 24),
+            inodes_per_group: get_u32(b, 28),
+            uuid: b[32..48].try_into().unwrap_or([0; 16]),
+            created_sec: get_u64(b, 48),
+            mount_count: get_u32(b, 56),
+            state: get_u32(b, 60),
+            free_blocks: get_u64(b, 64),
+            free_inodes: get_u64(b, 72),
+            root_ino: get_u64(b, 80),
+            features_compat: get_u64(b, 88),
+            features_incompat: get_u64(b, 96),
+            features_ro_compat: get_u64(b, 104),
+            label: b[112..144].try_into().unwrap_or([0; 32]),
+            last_write_sec: get_u64(b, 144),
+        };
+        if sb.format_version != FORMAT_VERSION {
+            return Err(FsError::UnsupportedVersion {
+                found: sb.format_version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        sb.validate(block)?;
+        Ok(sb)
+    }
+
+    /// Checks the fields against each other, so that no later arithmetic can overflow.
+    fn validate(&self, block: u64) -> FsResult<()> {
+        let bad = |d: &str| Err(FsError::corrupt("superblock", block, d.to_string()));
+        if self.block_size != 4096 && self.block_size != 16384 {
+            return bad("block size is neither 4096 nor 16384");
+        }
+        if self.total_blocks < 16 || self.total_blocks > (1u64 << 32) {
+            return bad("total block count out of range");
+        }
+        if self.blocks_per_group < 64 || self.blocks_per_group as u64 > self.total_blocks.max(64) {
+            return bad("blocks per group out of range");
+        }
+        let ipb = self.block_size / super::INODE_BYTES as u32;
+        if self.inodes_per_group == 0 || self.inodes_per_group % ipb != 0 || self.inodes_per_group > self.blocks_per_group * ipb {
+            return bad("inodes per group out of range");
+        }
+        if self.features_incompat != 0 {
+            return bad("unknown incompatible features");
+        }
+        if self.root_ino != 1 {
+            return bad("root inode is not 1");
+        }
+        let geo = super::Geometry::from_superblock(self);
+        if geo.meta_blocks() as u64 + 1 > geo.group_len(geo.group_count - 1) as u64 && geo.group_count == 1 {
+            return bad("group too small for its metadata");
+        }
+        Ok(())
+    }
+}

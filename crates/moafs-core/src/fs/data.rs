@@ -1,0 +1,372 @@
+//! File data: the block cache, read, write, truncate and fallocate.
+//!
+//! `write` never chooses a disk address (delayed allocation): it fills cached blocks and
+//! *reserves* one data block for each newly dirty block that has none, so that ENOSPC is
+//! reported by `write` and never discovered at write-back. Reads of uncached blocks go to the
+//! device in physically contiguous runs, one request per run.
+
+use super::node::{max_file_blocks, CBlock};
+use super::{Inner, Timespec};
+use crate::error::{FsError, FsResult};
+
+impl Inner {
+    /// Blocks that may still be promised to new dirty data.
+    fn avail_for_reservation(&self) -> u64 {
+        let free = self.alloc.free_blocks();
+        // Keep room for indirect blocks (one per pointer block of new data) and metadata.
+        let slack = self.reserved / 256 + 16;
+        free.saturating_sub(self.reserved + slack)
+    }
+
+    /// Reserves `n` data blocks, committing once to release pending frees if needed.
+    pub(crate) fn reserve(&mut self, n: u64) -> FsResult<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        if self.avail_for_reservation() < n && self.alloc.pending_block_count() > 0 {
+            self.commit()?;
+        }
+        if self.avail_for_reservation() < n {
+            return Err(FsError::NoSpace);
+        }
+        self.reserved += n;
+        Ok(())
+    }
+
+    pub(crate) fn check_writable(&self) -> FsResult<()> {
+        if self.opts.read_only || self.failed {
+            return Err(FsError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Current contents of block `idx` (cached, from disk, or zeros for a hole).
+    fn load_block(&mut self, ino: u64, idx: u64) -> FsResult<Box<[u8]>> {
+        let bs = self.bs();
+        if let Some(cb) = self.inode(ino)?.cache.get(&idx) {
+            let data = cb.data.clone();
+            self.counters.cache_hits += 1;
+            return Ok(data);
+        }
+        self.counters.cache_misses += 1;
+        let phys = self.bmap(ino, idx)?;
+        let mut buf = vec![0u8; bs].into_boxed_slice();
+        if phys != 0 {
+            self.check_data_block(phys)?;
+            self.read_block(phys, &mut buf)?;
+            self.counters.data_blocks_read += 1;
+        }
+        Ok(buf)
+    }
+
+    /// Puts `data` as the new dirty contents of block `idx`.
+    fn put_dirty(&mut self, ino: u64, idx: u64, data: Box<[u8]>, reserved: bool) -> FsResult<()> {
+        self.clock += 1;
+        let clock = self.clock;
+        let node = self.inode(ino)?;
+        let (was_cached, was_dirty) = match node.cache.get(&idx) {
+            Some(cb) => (true, cb.dirty),
+            None => (false, false),
+        };
+        let keep_reserved = node.cache.get(&idx).is_some_and(|cb| cb.reserved);
+        node.cache.insert(
+            idx,
+            CBlock {
+                data,
+                dirty: true,
+                reserved: reserved || keep_reserved,
+                last_use: clock,
+            },
+        );
+        if !was_dirty {
+            node.dirty_blocks += 1;
+            self.dirty_blocks += 1;
+        }
+        if !was_cached {
+            self.cached_blocks += 1;
+        }
+        Ok(())
+    }
+
+    /// Whether dirtying block `idx` needs a new reservation.
+    fn needs_reservation(&mut self, ino: u64, idx: u64) -> FsResult<bool> {
+        if let Some(cb) = self.inode(ino)?.cache.get(&idx) {
+            if cb.reserved {
+                return Ok(false);
+            }
+        }
+        Ok(self.bmap(ino, idx)? == 0)
+    }
+
+    pub(crate) fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.check_writable()?;
+        let bs = self.bs() as u64;
+        let node = self.inode(ino)?;
+        if node.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooBig)?;
+        if end.div_ceil(bs) > max_file_blocks(bs as u32) {
+            return Err(FsError::FileTooBig);
+        }
+        let first = offset / bs;
+        let last = (end - 1) / bs;
+        let mut need = 0;
+        for idx in first..=last {
+            if self.needs_reservation(ino, idx)? {
+                need += 1;
+            }
+        }
+        self.reserve(need)?;
+        let size = self.inode(ino)?.d.size;
+        for idx in first..=last {
+            let bstart = idx * bs;
+            let lo = offset.max(bstart);
+            let hi = end.min(bstart + bs);
+            let full = lo == bstart && hi == bstart + bs;
+            let mut buf = if full || bstart >= size {
+                vec![0u8; bs as usize].into_boxed_slice()
+            } else {
+                self.load_block(ino, idx)?
+            };
+            let src = &data[(lo - offset) as usize..(hi - offset) as usize];
+            buf[(lo - bstart) as usize..(hi - bstart) as usize].copy_from_slice(src);
+            let newly = self.needs_reservation(ino, idx)?;
+            self.put_dirty(ino, idx, buf, newly)?;
+        }
+        let now = Timespec::now().pair();
+        let node = self.inode(ino)?;
+        node.d.size = node.d.size.max(end);
+        node.d.mtime = now;
+        node.d.ctime = now;
+        node.dirty = true;
+        self.after_dirtying()?;
+        Ok(data.len() as u32)
+    }
+
+    /// Flush triggers on the write path: dirty threshold and cache pressure.
+    pub(crate) fn after_dirtying(&mut self) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        if self.dirty_blocks * bs > self.opts.dirty_bytes_max {
+            self.commit()?;
+        }
+        if self.cached_blocks * bs > self.opts.cache_bytes {
+            self.evict();
+        }
+        Ok(())
+    }
+
+    /// Drops the least recently used clean blocks until the cache is at 3/4 of its bound.
+    pub(crate) fn evict(&mut self) {
+        let bs = self.bs() as u64;
+        let target = self.opts.cache_bytes / bs * 3 / 4;
+        if self.cached_blocks <= target {
+            return;
+        }
+        let mut clean: Vec<(u64, u64, u64)> = Vec::new();
+        for (ino, node) in &self.inodes {
+            for (idx, cb) in &node.cache {
+                if !cb.dirty {
+                    clean.push((cb.last_use, *ino, *idx));
+                }
+            }
+        }
+        clean.sort_unstable();
+        let excess = (self.cached_blocks - target) as usize;
+        for (_, ino, idx) in clean.into_iter().take(excess) {
+            if let Some(node) = self.inodes.get_mut(&ino) {
+                node.cache.remove(&idx);
+                self.cached_blocks -= 1;
+                self.counters.evictions += 1;
+            }
+        }
+    }
+
+    pub(crate) fn read(&mut self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let bs = self.bs() as u64;
+        let node = self.inode(ino)?;
+        if node.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let fsize = node.d.size;
+        if offset >= fsize || size == 0 {
+            return Ok(Vec::new());
+        }
+        let end = fsize.min(offset + size as u64);
+        let first = offset / bs;
+        let last = (end - 1) / bs;
+        let mut out = vec![0u8; (end - offset) as usize];
+        // (logical index, physical block) of blocks to fetch from the device.
+        let mut misses: Vec<(u64, u64)> = Vec::new();
+        for idx in first..=last {
+            let bstart = idx * bs;
+            let lo = offset.max(bstart);
+            let hi = end.min(bstart + bs);
+            let dst = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+            let node = self.inode(ino)?;
+            if let Some(cb) = node.cache.get(&idx) {
+                dst.copy_from_slice(&cb.data[(lo - bstart) as usize..(hi - bstart) as usize]);
+                self.counters.cache_hits += 1;
+                continue;
+            }
+            self.counters.cache_misses += 1;
+            let phys = self.bmap(ino, idx)?;
+            if phys != 0 {
+                self.check_data_block(phys)?;
+                misses.push((idx, phys));
+            }
+        }
+        self.read_runs(&misses, offset, end, &mut out)?;
+        Ok(out)
+    }
+
+    /// Reads the missing blocks, one device request per physically contiguous run.
+    fn read_runs(&mut self, misses: &[(u64, u64)], offset: u64, end: u64, out: &mut [u8]) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        let mut i = 0;
+        while i < misses.len() {
+            let mut j = i + 1;
+            while j < misses.len() && misses[j].1 == misses[j - 1].1 + 1 && misses[j].0 == misses[j - 1].0 + 1 {
+                j += 1;
+            }
+            let n = (j - i) as u64;
+            let mut buf = vec![0u8; (n * bs) as usize];
+            self.read_block(misses[i].1, &mut buf)?;
+            self.counters.data_blocks_read += n;
+            for (k, (idx, _)) in misses[i..j].iter().enumerate() {
+                let bstart = idx * bs;
+                let lo = offset.max(bstart);
+                let hi = end.min(bstart + bs);
+                let src = &buf[k * bs as usize..][(lo - bstart) as usize..(hi - bstart) as usize];
+                out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Drops cached blocks at index >= `from`, returning their reservations.
+    fn drop_cached_from(&mut self, ino: u64, from: u64) -> FsResult<()> {
+        let node = self.inode(ino)?;
+        let gone = node.cache.split_off(&from);
+        let mut dirty = 0;
+        let mut reserved = 0;
+        for cb in gone.values() {
+            dirty += cb.dirty as u64;
+            reserved += cb.reserved as u64;
+        }
+        node.dirty_blocks -= dirty;
+        self.dirty_blocks -= dirty;
+        self.cached_blocks -= gone.len() as u64;
+        self.reserved -= reserved;
+        Ok(())
+    }
+
+    /// Sets the size of a regular file (or symlink), freeing blocks beyond it.
+    pub(crate) fn truncate(&mut self, ino: u64, new_size: u64) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        if new_size.div_ceil(bs) > max_file_blocks(bs as u32) {
+            return Err(FsError::FileTooBig);
+        }
+        let old = self.inode(ino)?.d.size;
+        if new_size < old {
+            let keep = new_size.div_ceil(bs);
+            self.drop_cached_from(ino, keep)?;
+            self.free_from(ino, keep)?;
+            if new_size % bs != 0 {
+                // Bytes past EOF inside the last block must read as zeros if the file grows.
+                let idx = new_size / bs;
+                let mut buf = self.load_block(ino, idx)?;
+                buf[(new_size % bs) as usize..].fill(0);
+                let newly = self.needs_reservation(ino, idx)?;
+                self.reserve(newly as u64)?;
+                self.put_dirty(ino, idx, buf, newly)?;
+            }
+        }
+        let node = self.inode(ino)?;
+        node.d.size = new_size;
+        node.dirty = true;
+        Ok(())
+    }
+
+    pub(crate) fn fallocate(&mut self, ino: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.check_writable()?;
+        let bs = self.bs() as u64;
+        if len == 0 {
+            return Err(FsError::invalid("fallocate length 0"));
+        }
+        let end = offset.checked_add(len).ok_or(FsError::FileTooBig)?;
+        if self.inode(ino)?.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
+            if !keep_size || mode & !(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) != 0 {
+                return Err(FsError::NotSupported);
+            }
+            return self.punch_hole(ino, offset, end);
+        }
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(FsError::NotSupported);
+        }
+        if end.div_ceil(bs) > max_file_blocks(bs as u32) {
+            return Err(FsError::FileTooBig);
+        }
+        // Holes in the range become zero-filled dirty blocks, with their space reserved now.
+        let mut holes = Vec::new();
+        for idx in offset / bs..end.div_ceil(bs) {
+            if self.needs_reservation(ino, idx)? && !self.inode(ino)?.cache.contains_key(&idx) {
+                holes.push(idx);
+            }
+        }
+        self.reserve(holes.len() as u64)?;
+        for idx in holes {
+            self.put_dirty(ino, idx, vec![0u8; bs as usize].into_boxed_slice(), true)?;
+        }
+        let now = Timespec::now().pair();
+        let node = self.inode(ino)?;
+        if !keep_size && end > node.d.size {
+            node.d.size = end;
+            node.d.mtime = now;
+        }
+        node.d.ctime = now;
+        node.dirty = true;
+        self.after_dirtying()
+    }
+
+    fn punch_hole(&mut self, ino: u64, offset: u64, end: u64) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        let size = self.inode(ino)?.d.size;
+        let end = end.min(size);
+        if offset >= end {
+            return Ok(());
+        }
+        // Zero partial blocks at the edges; whole blocks inside are zeroed as well (holes are
+        // zeros either way; freeing them in the middle of a file is future work).
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / bs;
+            let bstart = idx * bs;
+            let hi = end.min(bstart + bs);
+            let phys = self.bmap(ino, idx)?;
+            let cached = self.inode(ino)?.cache.contains_key(&idx);
+            if phys != 0 || cached {
+                let mut buf = self.load_block(ino, idx)?;
+                buf[(pos - bstart) as usize..(hi - bstart) as usize].fill(0);
+                let newly = self.needs_reservation(ino, idx)?;
+                self.reserve(newly as u64)?;
+                self.put_dirty(ino, idx, buf, newly)?;
+            }
+            pos = hi;
+        }
+        let node = self.inode(ino)?;
+        let now = Timespec::now().pair();
+        node.d.mtime = now;
+        node.d.ctime = now;
+        node.dirty = true;
+        self.after_dirtying()
+    }
+}

@@ -1,0 +1,384 @@
+//! The file system: POSIX operations on inode numbers, over a `BlockDevice`.
+//!
+//! One `Fs` owns the mounted state behind a single mutex (`Inner`). Operations take the lock,
+//! work on in-memory inodes, directories and cached blocks, and return; data reaches the device
+//! at write-back (`commit`), which chooses disk addresses only then (delayed allocation) and
+//! writes each file's dirty blocks in physically contiguous, vectored runs.
+//!
+//! Lock order: `Fs::inner` is the only lock of the engine; device implementations have their own
+//! internal locks, always taken inside it. Write-back performs I/O while holding the lock: a
+//! simple, correct first version on a 2-core target; finer locking is future work.
+
+mod alloc;
+mod commit;
+mod data;
+mod dir;
+mod node;
+mod ops;
+mod types;
+
+pub use types::*;
+
+use crate::device::{BlockDevice, DeviceCounters};
+use crate::error::{FsError, FsResult};
+use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, STATE_MOUNTED};
+use alloc::{Allocator, Group};
+use node::{IndBlock, Inode};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+pub(crate) struct Inner {
+    pub dev: Arc<dyn BlockDevice>,
+    pub sb: Superblock,
+    pub alloc: Allocator,
+    pub inodes: HashMap<u64, Inode>,
+    pub itable: HashMap<u64, Vec<u8>>,
+    pub ind: HashMap<u64, IndBlock>,
+    /// Freed inode slots to write (zeroed, generation kept) at the next commit.
+    pub dead: Vec<(u64, crate::format::DiskInode)>,
+    /// Data blocks promised to dirty blocks that have no disk address yet.
+    pub reserved: u64,
+    pub cached_blocks: u64,
+    pub dirty_blocks: u64,
+    pub clock: u64,
+    pub opts: MountOptions,
+    pub counters: EngineCounters,
+    pub last_commit: Instant,
+    /// A write-back failed: the file system refuses further changes (read-only) until remount.
+    pub failed: bool,
+    pub unmounted: bool,
+}
+
+/// A mounted moafs.
+pub struct Fs {
+    inner: Mutex<Inner>,
+}
+
+impl Fs {
+    /// Mounts the file system on `dev`.
+    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> FsResult<Fs> {
+        let sb = read_superblock(dev.as_ref())?;
+        let geo = Geometry::from_superblock(&sb);
+        if dev.size() < geo.total_blocks * geo.block_size as u64 {
+            return Err(FsError::corrupt(
+                "superblock",
+                0,
+                format!(
+                    "image is {} bytes but the file system needs {}",
+                    dev.size(),
+                    geo.total_blocks * geo.block_size as u64
+                ),
+            ));
+        }
+        let groups = load_groups(dev.as_ref(), &geo)?;
+        let mut inner = Inner {
+            dev,
+            sb,
+            alloc: Allocator {
+                geo,
+                groups,
+                pending_blocks: Vec::new(),
+                pending_inodes: Vec::new(),
+            },
+            inodes: HashMap::new(),
+            itable: HashMap::new(),
+            ind: HashMap::new(),
+            dead: Vec::new(),
+            reserved: 0,
+            cached_blocks: 0,
+            dirty_blocks: 0,
+            clock: 0,
+            opts,
+            counters: EngineCounters::default(),
+            last_commit: Instant::now(),
+            failed: false,
+            unmounted: false,
+        };
+        if inner.sb.state != STATE_CLEAN {
+            log::warn!("file system was not cleanly unmounted; run `moafs fsck` to check it");
+        }
+        inner.inode(ROOT_INO)?;
+        if !inner.inodes[&ROOT_INO].is_dir() {
+            return Err(FsError::corrupt("inode", ROOT_INO, "root is not a directory"));
+        }
+        if !inner.opts.read_only {
+            inner.sb.state = STATE_MOUNTED;
+            inner.sb.mount_count += 1;
+            inner.write_superblocks()?;
+            inner.dev.flush()?;
+        }
+        Ok(Fs {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.lock().alloc.geo
+    }
+    pub fn superblock(&self) -> Superblock {
+        self.lock().sb.clone()
+    }
+    pub fn counters(&self) -> EngineCounters {
+        self.lock().counters
+    }
+    pub fn device_counters(&self) -> DeviceCounters {
+        self.lock().dev.counters()
+    }
+    pub fn options(&self) -> MountOptions {
+        self.lock().opts.clone()
+    }
+
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
+        let mut g = self.lock();
+        let ino = g.lookup_name(parent, name)?;
+        g.inode(ino)?.lookups += 1;
+        g.attr(ino)
+    }
+    /// The kernel drops `n` references taken by lookup-like replies.
+    pub fn forget(&self, ino: Ino, n: u64) {
+        let mut g = self.lock();
+        if let Some(node) = g.inodes.get_mut(&ino) {
+            node.lookups = node.lookups.saturating_sub(n);
+        }
+        if let Err(e) = g.maybe_reap(ino) {
+            log::error!("freeing inode {ino}: {e}");
+        }
+    }
+    pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        self.lock().attr(ino)
+    }
+    pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
+        self.lock().setattr(ino, set)
+    }
+    /// Creates any kind of inode but a directory or symlink (`mode` includes the type bits).
+    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u32, who: Caller) -> FsResult<Attr> {
+        self.lock().make(parent, name, mode, rdev, who, None)
+    }
+    pub fn create(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
+        self.lock().make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None)
+    }
+    pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
+        self.lock().make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None)
+    }
+    pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], who: Caller) -> FsResult<Attr> {
+        self.lock().make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target))
+    }
+    pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        self.lock().readlink(ino)
+    }
+    pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.lock().remove(parent, name, false)
+    }
+    pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.lock().remove(parent, name, true)
+    }
+    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+        self.lock().rename(parent, name, newparent, newname, flags)
+    }
+    pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        self.lock().link(ino, newparent, newname)
+    }
+    /// Notes an open file handle (an unlinked inode lives until its last close).
+    pub fn open(&self, ino: Ino) -> FsResult<Attr> {
+        let mut g = self.lock();
+        g.inode(ino)?.opens += 1;
+        g.attr(ino)
+    }
+    pub fn release(&self, ino: Ino) -> FsResult<()> {
+        let mut g = self.lock();
+        if let Some(node) = g.inodes.get_mut(&ino) {
+            node.opens = node.opens.saturating_sub(1);
+        }
+        g.maybe_reap(ino)
+    }
+    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.lock().read(ino, offset, size)
+    }
+    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.lock().write(ino, offset, data)
+    }
+    /// `mode`: 0, `FALLOC_FL_KEEP_SIZE`, or `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
+    pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.lock().fallocate(ino, offset, len, mode)
+    }
+    /// Makes the file (and everything before it) durable: returns after the device flush.
+    pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
+        let mut g = self.lock();
+        g.inode(ino)?;
+        g.commit()
+    }
+    /// Writes everything back and flushes the device.
+    pub fn sync(&self) -> FsResult<()> {
+        self.lock().commit()
+    }
+    /// Periodic work: write back when the flush interval has passed. Returns whether it did.
+    pub fn tick(&self) -> FsResult<bool> {
+        let mut g = self.lock();
+        if g.unmounted || g.last_commit.elapsed().as_millis() < g.opts.flush_interval_ms as u128 {
+            return Ok(false);
+        }
+        if g.has_dirty() {
+            g.commit()?;
+            return Ok(true);
+        }
+        g.last_commit = Instant::now();
+        Ok(false)
+    }
+    pub fn statfs(&self) -> StatFs {
+        self.lock().statfs()
+    }
+    pub fn readdir(&self, ino: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
+        self.lock().readdir(ino, offset, max_entries)
+    }
+    pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
+        self.lock().setxattr(ino, name, value, flags)
+    }
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.lock().getxattr(ino, name)
+    }
+    pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        self.lock().listxattr(ino)
+    }
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        self.lock().removexattr(ino, name)
+    }
+    /// Checks `mask` (R_OK=4, W_OK=2, X_OK=1, F_OK=0) for `who`.
+    pub fn access(&self, ino: Ino, mask: u32, who: Caller) -> FsResult<()> {
+        self.lock().access(ino, mask, who)
+    }
+    /// Writes everything back, frees unlinked inodes, marks the image clean and flushes.
+    /// Later calls do nothing.
+    pub fn unmount(&self) -> FsResult<()> {
+        self.lock().unmount()
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount() {
+            log::error!("unmount failed: {e}");
+        }
+    }
+}
+
+/// Reads the primary superblock, falling back to the backups.
+pub fn read_superblock(dev: &dyn BlockDevice) -> FsResult<Superblock> {
+    let mut buf = vec![0u8; 4096];
+    if dev.size() < 4096 {
+        return Err(FsError::NotMoafs {
+            detail: format!("device is only {} bytes", dev.size()),
+        });
+    }
+    dev.read_at(0, &mut buf)?;
+    match Superblock::decode(&buf, 0) {
+        Ok(sb) => Ok(sb),
+        Err(FsError::NotMoafs { detail }) => Err(FsError::NotMoafs { detail }),
+        Err(primary_err) => {
+            // The primary is damaged: the first backup is at group 1's first block, which we
+            // can only find from a backup itself, so probe the possible group sizes.
+            for bs in [4096u64, 16384] {
+                for bpg_log in 6..=20 {
+                    let off = (1u64 << bpg_log) * bs;
+                    if off + 4096 > dev.size() {
+                        break;
+                    }
+                    dev.read_at(off, &mut buf)?;
+                    if let Ok(sb) = Superblock::decode(&buf, off / bs) {
+                        if sb.blocks_per_group as u64 * sb.block_size as u64 == off {
+                            log::warn!("primary superblock damaged ({primary_err}); using the backup at byte {off}");
+                            return Ok(sb);
+                        }
+                    }
+                }
+            }
+            Err(primary_err)
+        }
+    }
+}
+
+fn load_groups(dev: &dyn BlockDevice, geo: &Geometry) -> FsResult<Vec<Group>> {
+    let bs = geo.block_size as u64;
+    let mut groups = Vec::with_capacity(geo.group_count as usize);
+    for g in 0..geo.group_count {
+        let mut hb = vec![0u8; bs as usize];
+        let hblk = geo.header_block(g);
+        dev.read_at(hblk * bs, &mut hb)?;
+        let hdr = GroupHeader::decode(&hb, hblk, g)?;
+        let mut bitmap = vec![0u8; geo.bitmap_blocks as usize * bs as usize];
+        dev.read_at(geo.bitmap_block(g) * bs, &mut bitmap)?;
+        let mut ibitmap = vec![0u8; geo.ibitmap_blocks as usize * bs as usize];
+        dev.read_at(geo.ibitmap_block(g) * bs, &mut ibitmap)?;
+        if bitmap_crc(&bitmap, g) != hdr.bitmap_crc {
+            return Err(FsError::corrupt("block bitmap", geo.bitmap_block(g), "checksum mismatch"));
+        }
+        if bitmap_crc(&ibitmap, g) != hdr.ibitmap_crc {
+            return Err(FsError::corrupt("inode bitmap", geo.ibitmap_block(g), "checksum mismatch"));
+        }
+        if hdr.free_blocks > geo.group_len(g) || hdr.free_inodes > geo.inodes_per_group {
+            return Err(FsError::corrupt("group header", hblk, "free counts exceed the group"));
+        }
+        groups.push(Group {
+            hdr,
+            bitmap,
+            ibitmap,
+            dirty: false,
+        });
+    }
+    Ok(groups)
+}
+
+impl Inner {
+    pub(crate) fn bs(&self) -> usize {
+        self.alloc.geo.block_size as usize
+    }
+
+    pub(crate) fn read_block(&self, blk: u64, buf: &mut [u8]) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        self.dev.read_at(blk * bs, buf)?;
+        Ok(())
+    }
+
+    pub(crate) fn write_superblocks(&mut self) -> FsResult<()> {
+        let geo = self.alloc.geo;
+        self.sb.free_blocks = self.alloc.free_blocks();
+        self.sb.free_inodes = self.alloc.free_inodes();
+        self.sb.last_write_sec = Timespec::now().sec as u64;
+        let bytes = self.sb.encode(geo.block_size);
+        let bs = geo.block_size as u64;
+        self.dev.write_at(0, &bytes)?;
+        for g in geo.backup_groups() {
+            self.dev.write_at(geo.group_start(g) * bs, &bytes)?;
+        }
+        self.counters.meta_blocks_written += 1 + geo.backup_groups().len() as u64;
+        Ok(())
+    }
+
+    fn unmount(&mut self) -> FsResult<()> {
+        if self.unmounted {
+            return Ok(());
+        }
+        if self.opts.read_only || self.failed {
+            self.unmounted = true;
+            return Ok(());
+        }
+        let orphans: Vec<u64> = self.inodes.iter().filter(|(_, n)| n.d.nlink == 0).map(|(i, _)| *i).collect();
+        for ino in orphans {
+            if let Some(n) = self.inodes.get_mut(&ino) {
+                n.lookups = 0;
+                n.opens = 0;
+            }
+            self.maybe_reap(ino)?;
+        }
+        self.commit()?;
+        self.sb.state = STATE_CLEAN;
+        self.write_superblocks()?;
+        self.dev.flush()?;
+        self.unmounted = true;
+        Ok(())
+    }
+}

@@ -1,0 +1,310 @@
+//! In-memory inodes and the block map (12 direct pointers, then single, double and triple
+//! indirect blocks of `block_size / 4 - 1` pointers each).
+
+use super::dir::Dir;
+use super::Inner;
+use crate::error::{FsError, FsResult};
+use crate::format::{decode_indirect, ptrs_per_block, DiskInode, N_DIRECT};
+use std::collections::BTreeMap;
+
+/// A cached file block.
+pub(crate) struct CBlock {
+    pub data: Box<[u8]>,
+    pub dirty: bool,
+    /// A block was reserved for it (it had no disk address when it became dirty).
+    pub reserved: bool,
+    pub last_use: u64,
+}
+
+pub(crate) struct Inode {
+    pub d: DiskInode,
+    pub dirty: bool,
+    pub lookups: u64,
+    pub opens: u32,
+    pub cache: BTreeMap<u64, CBlock>,
+    pub dirty_blocks: u64,
+    pub dir: Option<Dir>,
+    pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
+    pub xattr_dirty: bool,
+}
+
+impl Inode {
+    pub fn new(d: DiskInode) -> Inode {
+        Inode {
+            d,
+            dirty: false,
+            lookups: 0,
+            opens: 0,
+            cache: BTreeMap::new(),
+            dirty_blocks: 0,
+            dir: None,
+            xattrs: None,
+            xattr_dirty: false,
+        }
+    }
+    pub fn is_dir(&self) -> bool {
+        self.d.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+    pub fn kind_mode(&self) -> u32 {
+        self.d.mode & libc::S_IFMT
+    }
+}
+
+/// A cached indirect block.
+pub(crate) struct IndBlock {
+    pub ptrs: Vec<u32>,
+    pub dirty: bool,
+}
+
+/// Where logical block `idx` hangs: a direct slot, or a root pointer and the path below it.
+pub(crate) enum BPath {
+    Direct(usize),
+    Indirect { level: usize, offsets: Vec<usize> },
+}
+
+pub(crate) fn max_file_blocks(block_size: u32) -> u64 {
+    let p = ptrs_per_block(block_size);
+    N_DIRECT as u64 + p + p * p + p * p * p
+}
+
+pub(crate) fn bpath(idx: u64, block_size: u32) -> Option<BPath> {
+    let p = ptrs_per_block(block_size);
+    if idx < N_DIRECT as u64 {
+        return Some(BPath::Direct(idx as usize));
+    }
+    let mut rest = idx - N_DIRECT as u64;
+    let mut span = p;
+    for level in 0..3 {
+        if rest < span {
+            let mut offsets = vec![0usize; level + 1];
+            let mut r = rest;
+            for o in offsets.iter_mut().rev() {
+                *o = (r % p) as usize;
+                r /= p;
+            }
+            return Some(BPath::Indirect { level, offsets });
+        }
+        rest -= span;
+        span *= p;
+    }
+    None
+}
+
+impl Inner {
+    /// Loads inode `ino` into memory (if needed) and returns it.
+    pub(crate) fn inode(&mut self, ino: u64) -> FsResult<&mut Inode> {
+        if !self.inodes.contains_key(&ino) {
+            if !self.alloc.geo.valid_ino(ino) {
+                return Err(FsError::Stale { ino });
+            }
+            let d = self.read_disk_inode(ino)?;
+            if d.is_free() {
+                return Err(FsError::Stale { ino });
+            }
+            self.inodes.insert(ino, Inode::new(d));
+        }
+        self.inodes.get_mut(&ino).ok_or(FsError::Stale { ino })
+    }
+
+    pub(crate) fn read_disk_inode(&mut self, ino: u64) -> FsResult<DiskInode> {
+        let (blk, off) = self.alloc.geo.inode_location(ino);
+        let buf = self.itable_block(blk)?;
+        DiskInode::decode(&buf[off..off + crate::format::INODE_BYTES], ino, blk)
+    }
+
+    /// Marks the inode-table block of `ino` initialised (it reads as zeros until then).
+    pub(crate) fn init_itable_slot(&mut self, ino: u64) -> FsResult<()> {
+        let geo = self.alloc.geo;
+        let g = geo.group_of_inode(ino);
+        let idx = geo.inode_index_in_group(ino);
+        let ipb = geo.inodes_per_block();
+        let (blk, _) = geo.inode_location(ino);
+        self.itable_block(blk)?;
+        let grp = &mut self.alloc.groups[g as usize];
+        let upto = (idx / ipb + 1) * ipb;
+        if grp.hdr.itable_init < upto {
+            grp.hdr.itable_init = upto;
+            grp.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// An inode table block, cached for read-modify-write.
+    pub(crate) fn itable_block(&mut self, blk: u64) -> FsResult<&mut Vec<u8>> {
+        if !self.itable.contains_key(&blk) {
+            let geo = self.alloc.geo;
+            let g = geo.group_of_block(blk);
+            let first_slot = (blk - geo.itable_block(g)) as u32 * geo.inodes_per_block();
+            let mut buf = vec![0u8; self.bs()];
+            if first_slot < self.alloc.groups[g as usize].hdr.itable_init {
+                self.read_block(blk, &mut buf)?;
+            }
+            self.itable.insert(blk, buf);
+        }
+        Ok(self.itable.get_mut(&blk).expect("inserted above"))
+    }
+
+    fn load_ind(&mut self, blk: u64) -> FsResult<&mut IndBlock> {
+        if !self.ind.contains_key(&blk) {
+            let mut buf = vec![0u8; self.bs()];
+            self.read_block(blk, &mut buf)?;
+            let ptrs = decode_indirect(&buf, blk)?;
+            self.ind.insert(blk, IndBlock { ptrs, dirty: false });
+        }
+        Ok(self.ind.get_mut(&blk).expect("inserted above"))
+    }
+
+    /// Disk block of logical block `idx` of `ino`, 0 for a hole.
+    pub(crate) fn bmap(&mut self, ino: u64, idx: u64) -> FsResult<u64> {
+        let bs = self.alloc.geo.block_size;
+        let Some(path) = bpath(idx, bs) else {
+            return Ok(0);
+        };
+        let node = self.inode(ino)?;
+        match path {
+            BPath::Direct(i) => Ok(node.d.direct[i] as u64),
+            BPath::Indirect { level, offsets } => {
+                let mut blk = node.d.indirect[level] as u64;
+                for o in offsets {
+                    if blk == 0 {
+                        return Ok(0);
+                    }
+                    self.check_data_block(blk)?;
+                    blk = self.load_ind(blk)?.ptrs[o] as u64;
+                }
+                Ok(blk)
+            }
+        }
+    }
+
+    /// Sets the disk block of logical block `idx`, allocating indirect blocks near `goal`.
+    pub(crate) fn set_bmap(&mut self, ino: u64, idx: u64, phys: u64) -> FsResult<()> {
+        let bs = self.alloc.geo.block_size;
+        let path = bpath(idx, bs).ok_or(FsError::FileTooBig)?;
+        match path {
+            BPath::Direct(i) => {
+                let node = self.inode(ino)?;
+                node.d.direct[i] = phys as u32;
+                node.dirty = true;
+            }
+            BPath::Indirect { level, offsets } => {
+                let mut blk = self.inode(ino)?.d.indirect[level] as u64;
+                if blk == 0 {
+                    blk = self.new_ind_block(ino, phys)?;
+                    let node = self.inode(ino)?;
+                    node.d.indirect[level] = blk as u32;
+                    node.dirty = true;
+                }
+                for (depth, o) in offsets.iter().enumerate() {
+                    if depth + 1 == offsets.len() {
+                        let ib = self.load_ind(blk)?;
+                        ib.ptrs[*o] = phys as u32;
+                        ib.dirty = true;
+                    } else {
+                        let mut next = self.load_ind(blk)?.ptrs[*o] as u64;
+                        if next == 0 {
+                            next = self.new_ind_block(ino, phys)?;
+                            let ib = self.load_ind(blk)?;
+                            ib.ptrs[*o] = next as u32;
+                            ib.dirty = true;
+                        }
+                        blk = next;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn new_ind_block(&mut self, ino: u64, goal: u64) -> FsResult<u64> {
+        let (b, _) = self.alloc.alloc_blocks(goal, 1).ok_or(FsError::NoSpace)?;
+        let p = ptrs_per_block(self.alloc.geo.block_size) as usize;
+        self.ind.insert(b, IndBlock { ptrs: vec![0; p], dirty: true });
+        self.inode(ino)?.d.blocks += 1;
+        Ok(b)
+    }
+
+    /// Frees every data and indirect block of `ino` at logical index `from` or beyond.
+    pub(crate) fn free_from(&mut self, ino: u64, from: u64) -> FsResult<()> {
+        let p = ptrs_per_block(self.alloc.geo.block_size);
+        let mut freed = 0u64;
+        let node = self.inode(ino)?;
+        let mut direct = node.d.direct;
+        let mut roots = node.d.indirect;
+        for (i, ptr) in direct.iter_mut().enumerate() {
+            if i as u64 >= from && *ptr != 0 {
+                self.alloc.free_later(*ptr as u64, 1);
+                *ptr = 0;
+                freed += 1;
+            }
+        }
+        let mut base = N_DIRECT as u64;
+        let mut span = p;
+        for (level, root) in roots.iter_mut().enumerate() {
+            if *root != 0 && from < base + span {
+                let keep = from.saturating_sub(base);
+                if self.free_subtree(*root as u64, level, keep, span / p, &mut freed)? {
+                    *root = 0;
+                }
+            }
+            base += span;
+            span *= p;
+        }
+        let node = self.inode(ino)?;
+        node.d.direct = direct;
+        node.d.indirect = roots;
+        node.d.blocks = node.d.blocks.saturating_sub(freed);
+        node.dirty = true;
+        Ok(())
+    }
+
+    /// Frees entries at relative index >= `keep` below `blk` (each child covers `child_span`
+    /// logical blocks). Returns true when `blk` itself was freed (nothing left in it).
+    fn free_subtree(&mut self, blk: u64, level: usize, keep: u64, child_span: u64, freed: &mut u64) -> FsResult<bool> {
+        self.check_data_block(blk)?;
+        let ptrs = self.load_ind(blk)?.ptrs.clone();
+        let mut new = ptrs.clone();
+        for (i, &c) in ptrs.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            let lo = i as u64 * child_span;
+            if lo + child_span <= keep {
+                continue;
+            }
+            if level == 0 {
+                self.alloc.free_later(c as u64, 1);
+                *freed += 1;
+                new[i] = 0;
+            } else {
+                let child_keep = keep.saturating_sub(lo);
+                let p = ptrs_per_block(self.alloc.geo.block_size);
+                if self.free_subtree(c as u64, level - 1, child_keep, child_span / p, freed)? {
+                    new[i] = 0;
+                }
+            }
+        }
+        if new.iter().all(|p| *p == 0) {
+            self.ind.remove(&blk);
+            self.alloc.free_later(blk, 1);
+            *freed += 1;
+            return Ok(true);
+        }
+        let ib = self.load_ind(blk)?;
+        if ib.ptrs != new {
+            ib.ptrs = new;
+            ib.dirty = true;
+        }
+        Ok(false)
+    }
+
+    /// A pointer read from disk must name a data block inside the image.
+    pub(crate) fn check_data_block(&self, blk: u64) -> FsResult<()> {
+        let geo = &self.alloc.geo;
+        if blk >= geo.total_blocks || blk - geo.group_start(geo.group_of_block(blk)) < geo.meta_blocks() as u64 {
+            return Err(FsError::corrupt("block pointer", blk, "points outside the data area"));
+        }
+        Ok(())
+    }
+}
+

@@ -1,0 +1,615 @@
+//! Namespace and attribute operations.
+
+use super::dir::Dir;
+use super::node::Inode;
+use super::{Attr, Caller, DirEntry, FileKind, Inner, RenameFlags, SetAttr, StatFs, TimeOrNow, Timespec, XattrFlags, ROOT_INO};
+use crate::error::{FsError, FsResult};
+use crate::format::{DirBlock, DiskInode, XattrBlock, NAME_MAX, SYMLINK_MAX};
+
+/// Most hard links to one inode.
+const LINK_MAX: u32 = 65000;
+
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.len() > NAME_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::invalid("bad file name"));
+    }
+    Ok(())
+}
+
+impl Inner {
+    pub(crate) fn attr(&mut self, ino: u64) -> FsResult<Attr> {
+        let bs = self.bs() as u32;
+        let node = self.inode(ino)?;
+        let d = &node.d;
+        let kind = FileKind::from_mode(d.mode).ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
+        // Blocks not yet allocated (delayed allocation) still count, as on ext4.
+        let pending = node.cache.values().filter(|c| c.reserved).count() as u64;
+        Ok(Attr {
+            ino,
+            size: d.size,
+            blocks_512: (d.blocks + pending) * (bs as u64 / 512),
+            atime: Timespec::from_pair(d.atime),
+            mtime: Timespec::from_pair(d.mtime),
+            ctime: Timespec::from_pair(d.ctime),
+            crtime: Timespec::from_pair(d.crtime),
+            kind,
+            perm: (d.mode & 0o7777) as u16,
+            nlink: d.nlink,
+            uid: d.uid,
+            gid: d.gid,
+            rdev: d.rdev,
+            blksize: bs,
+            generation: d.generation,
+        })
+    }
+
+    /// The loaded directory of `ino` (reads its blocks on first use).
+    pub(crate) fn dir(&mut self, ino: u64) -> FsResult<&mut Dir> {
+        let bs = self.bs();
+        let node = self.inode(ino)?;
+        if !node.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if node.dir.is_none() {
+            let nblocks = node.d.size / bs as u64;
+            let mut blocks = Vec::with_capacity(nblocks as usize);
+            for idx in 0..nblocks {
+                let phys = self.bmap(ino, idx)?;
+                if phys == 0 {
+                    blocks.push(DirBlock::default());
+                    continue;
+                }
+                self.check_data_block(phys)?;
+                let mut buf = vec![0u8; bs];
+                self.read_block(phys, &mut buf)?;
+                blocks.push(DirBlock::decode(&buf, ino, idx, phys)?);
+            }
+            let dir = Dir::from_blocks(blocks, DirBlock::capacity(bs as u32));
+            self.inode(ino)?.dir = Some(dir);
+        }
+        Ok(self.inode(ino)?.dir.as_mut().expect("loaded above"))
+    }
+
+    pub(crate) fn lookup_name(&mut self, parent: u64, name: &[u8]) -> FsResult<u64> {
+        if name.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if name == b"." {
+            self.dir(parent)?;
+            return Ok(parent);
+        }
+        if name == b".." {
+            self.dir(parent)?;
+            let p = self.inode(parent)?.d.parent;
+            return Ok(if p == 0 { ROOT_INO } else { p });
+        }
+        self.dir(parent)?.get(name).map(|e| e.ino).ok_or(FsError::NotFound)
+    }
+
+    fn touch_dir(&mut self, ino: u64, now: (i64, u32)) -> FsResult<()> {
+        let node = self.inode(ino)?;
+        node.d.mtime = now;
+        node.d.ctime = now;
+        node.dirty = true;
+        Ok(())
+    }
+
+    /// Creates an inode of any type in `parent`.
+    pub(crate) fn make(&mut self, parent: u64, name: &[u8], mode: u32, rdev: u32, who: Caller, target: Option<&[u8]>) -> FsResult<Attr> {
+        self.check_writable()?;
+        check_name(name)?;
+        let kind = FileKind::from_mode(mode).ok_or_else(|| FsError::invalid("unknown file type"))?;
+        if let Some(t) = target {
+            if t.len() > SYMLINK_MAX {
+                return Err(FsError::NameTooLong);
+            }
+            if t.is_empty() {
+                return Err(FsError::NotFound);
+            }
+        }
+        if self.dir(parent)?.get(name).is_some() {
+            return Err(FsError::Exists);
+        }
+        let is_dir = kind == FileKind::Directory;
+        let pnode = self.inode(parent)?;
+        if is_dir && pnode.d.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        let (pmode, pgid) = (pnode.d.mode, pnode.d.gid);
+        let pgroup = self.alloc.geo.group_of_inode(parent);
+        let group = if is_dir { self.alloc.pick_dir_group(pgroup) } else { pgroup };
+        // A directory entry may need a new block.
+        self.reserve(1)?;
+        let Some(ino) = self.alloc.alloc_inode(group, is_dir) else {
+            self.reserved -= 1;
+            return Err(FsError::NoSpace);
+        };
+        self.reserved -= 1;
+        let now = Timespec::now().pair();
+        let mut perm = mode & 0o7777;
+        let mut gid = who.gid;
+        if pmode & libc::S_ISGID != 0 {
+            gid = pgid;
+            if is_dir {
+                perm |= libc::S_ISGID;
+            }
+        }
+        let old_gen = self.read_disk_inode(ino).map(|d| d.generation).unwrap_or(0);
+        self.init_itable_slot(ino)?;
+        let d = DiskInode {
+            mode: kind.mode_bits() | perm,
+            uid: who.uid,
+            gid,
+            nlink: if is_dir { 2 } else { 1 },
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            rdev,
+            generation: old_gen.wrapping_add(1),
+            parent: if is_dir { parent } else { 0 },
+            ..Default::default()
+        };
+        let mut node = Inode::new(d);
+        node.dirty = true;
+        node.lookups = 1;
+        if is_dir {
+            node.dir = Some(Dir::new(DirBlock::capacity(self.bs() as u32)));
+        }
+        self.inodes.insert(ino, node);
+        self.dir(parent)?.insert(name, ino, kind.dirent_type());
+        self.touch_dir(parent, now)?;
+        if is_dir {
+            self.inode(parent)?.d.nlink += 1;
+        }
+        if let Some(t) = target {
+            self.write(ino, 0, t)?;
+            let node = self.inode(ino)?;
+            node.d.mtime = now;
+            node.d.ctime = now;
+        }
+        self.attr(ino)
+    }
+
+    pub(crate) fn readlink(&mut self, ino: u64) -> FsResult<Vec<u8>> {
+        let node = self.inode(ino)?;
+        if node.kind_mode() != libc::S_IFLNK {
+            return Err(FsError::invalid("not a symlink"));
+        }
+        let size = node.d.size;
+        self.read_inner_bytes(ino, size)
+    }
+
+    fn read_inner_bytes(&mut self, ino: u64, size: u64) -> FsResult<Vec<u8>> {
+        // Symlinks are stored like regular file data; read through the data path.
+        let mode = self.inode(ino)?.d.mode;
+        let node = self.inode(ino)?;
+        node.d.mode = libc::S_IFREG | (mode & 0o7777);
+        let r = self.read(ino, 0, size as u32);
+        self.inode(ino)?.d.mode = mode;
+        r
+    }
+
+    /// unlink (`want_dir` false) or rmdir (true).
+    pub(crate) fn remove(&mut self, parent: u64, name: &[u8], want_dir: bool) -> FsResult<()> {
+        self.check_writable()?;
+        if name.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if want_dir && name == b"." {
+            return Err(FsError::invalid("rmdir ."));
+        }
+        if want_dir && name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        let e = self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        let is_dir = self.inode(e.ino)?.is_dir();
+        if want_dir && !is_dir {
+            return Err(FsError::NotDir);
+        }
+        if !want_dir && is_dir {
+            return Err(FsError::IsDir);
+        }
+        if is_dir && self.dir(e.ino)?.len() > 0 {
+            return Err(FsError::NotEmpty);
+        }
+        self.dir(parent)?.remove(name);
+        let now = Timespec::now().pair();
+        self.touch_dir(parent, now)?;
+        self.drop_link(e.ino, now)?;
+        if is_dir {
+            let p = self.inode(parent)?;
+            p.d.nlink = p.d.nlink.saturating_sub(1);
+        }
+        self.maybe_reap(e.ino)
+    }
+
+    /// One name of `ino` is gone.
+    fn drop_link(&mut self, ino: u64, now: (i64, u32)) -> FsResult<()> {
+        let node = self.inode(ino)?;
+        if node.is_dir() {
+            node.d.nlink = 0;
+        } else {
+            node.d.nlink = node.d.nlink.saturating_sub(1);
+        }
+        node.d.ctime = now;
+        node.dirty = true;
+        Ok(())
+    }
+
+    /// Frees an inode that has no names, no open handles and no kernel references.
+    pub(crate) fn maybe_reap(&mut self, ino: u64) -> FsResult<()> {
+        let Some(node) = self.inodes.get(&ino) else {
+            return Ok(());
+        };
+        if node.d.nlink > 0 || node.lookups > 0 || node.opens > 0 || ino == ROOT_INO {
+            return Ok(());
+        }
+        if self.opts.read_only {
+            self.inodes.remove(&ino);
+            return Ok(());
+        }
+        let is_dir = self.inode(ino)?.is_dir();
+        self.truncate_all(ino)?;
+        let node = self.inode(ino)?;
+        if node.d.xattr_block != 0 {
+            let xb = node.d.xattr_block as u64;
+            self.alloc.free_later(xb, 1);
+        }
+        if is_dir {
+            self.alloc.note_dir_removed(ino);
+        }
+        let generation = self.inode(ino)?.d.generation;
+        self.inodes.remove(&ino);
+        // The zeroed slot (keeping the generation) is written at the next commit.
+        let mut dead = Inode::new(DiskInode {
+            generation,
+            ..Default::default()
+        });
+        dead.dirty = true;
+        self.dead.push((ino, dead.d.clone()));
+        self.alloc.pending_inodes.push(ino);
+        Ok(())
+    }
+
+    fn truncate_all(&mut self, ino: u64) -> FsResult<()> {
+        let node = self.inode(ino)?;
+        let (cached, dirty, reserved) = node.cache.values().fold((0, 0, 0), |a, c| (a.0 + 1, a.1 + c.dirty as u64, a.2 + c.reserved as u64));
+        node.cache.clear();
+        node.dirty_blocks = 0;
+        node.dir = None;
+        self.cached_blocks -= cached;
+        self.dirty_blocks -= dirty;
+        self.reserved -= reserved;
+        self.free_from(ino, 0)
+    }
+
+    pub(crate) fn link(&mut self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        self.check_writable()?;
+        check_name(newname)?;
+        let node = self.inode(ino)?;
+        if node.is_dir() {
+            return Err(FsError::NotPermitted);
+        }
+        if node.d.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        if node.d.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let kind = FileKind::from_mode(node.d.mode).ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
+        if self.dir(newparent)?.get(newname).is_some() {
+            return Err(FsError::Exists);
+        }
+        self.reserve(1)?;
+        self.reserved -= 1;
+        self.dir(newparent)?.insert(newname, ino, kind.dirent_type());
+        let now = Timespec::now().pair();
+        self.touch_dir(newparent, now)?;
+        let node = self.inode(ino)?;
+        node.d.nlink += 1;
+        node.d.ctime = now;
+        node.dirty = true;
+        node.lookups += 1;
+        self.attr(ino)
+    }
+
+    /// Whether `anc` is `ino` or one of its ancestors.
+    fn is_ancestor(&mut self, anc: u64, mut ino: u64) -> FsResult<bool> {
+        for _ in 0..100_000 {
+            if ino == anc {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            ino = self.inode(ino)?.d.parent;
+            if ino == 0 {
+                return Ok(false);
+            }
+        }
+        Err(FsError::corrupt("directory tree", ino, "parent chain does not reach the root"))
+    }
+
+    pub(crate) fn rename(&mut self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+        self.check_writable()?;
+        if name.len() > NAME_MAX || newname.len() > NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        check_name(newname)?;
+        if flags.exchange && flags.noreplace {
+            return Err(FsError::invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
+        }
+        let src = self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        let dst = self.dir(newparent)?.get(newname);
+        let src_dir = self.inode(src.ino)?.is_dir();
+        if src_dir && newparent != parent && self.is_ancestor(src.ino, newparent)? {
+            return Err(FsError::invalid("cannot move a directory below itself"));
+        }
+        let now = Timespec::now().pair();
+        if flags.exchange {
+            let dst = dst.ok_or(FsError::NotFound)?;
+            let dst_dir = self.inode(dst.ino)?.is_dir();
+            if dst_dir && newparent != parent && self.is_ancestor(dst.ino, parent)? {
+                return Err(FsError::invalid("cannot move a directory below itself"));
+            }
+            self.dir(parent)?.replace(name, dst.ino, dst.kind);
+            self.dir(newparent)?.replace(newname, src.ino, src.kind);
+            self.reparent(src.ino, src_dir, parent, newparent)?;
+            self.reparent(dst.ino, dst_dir, newparent, parent)?;
+            for i in [src.ino, dst.ino] {
+                let n = self.inode(i)?;
+                n.d.ctime = now;
+                n.dirty = true;
+            }
+            self.touch_dir(parent, now)?;
+            return self.touch_dir(newparent, now);
+        }
+        if let Some(d) = dst {
+            if flags.noreplace {
+                return Err(FsError::Exists);
+            }
+            if d.ino == src.ino {
+                return Ok(()); // two names of one inode: POSIX says do nothing
+            }
+            let dst_dir = self.inode(d.ino)?.is_dir();
+            if src_dir && !dst_dir {
+                return Err(FsError::NotDir);
+            }
+            if !src_dir && dst_dir {
+                return Err(FsError::IsDir);
+            }
+            if dst_dir && self.dir(d.ino)?.len() > 0 {
+                return Err(FsError::NotEmpty);
+            }
+            self.dir(newparent)?.replace(newname, src.ino, src.kind);
+            self.dir(parent)?.remove(name);
+            self.drop_link(d.ino, now)?;
+            if dst_dir {
+                let p = self.inode(newparent)?;
+                p.d.nlink = p.d.nlink.saturating_sub(1);
+            }
+            self.reparent(src.ino, src_dir, parent, newparent)?;
+            self.maybe_reap(d.ino)?;
+        } else {
+            self.reserve(1)?;
+            self.reserved -= 1;
+            self.dir(parent)?.remove(name);
+            self.dir(newparent)?.insert(newname, src.ino, src.kind);
+            self.reparent(src.ino, src_dir, parent, newparent)?;
+        }
+        let n = self.inode(src.ino)?;
+        n.d.ctime = now;
+        n.dirty = true;
+        self.touch_dir(parent, now)?;
+        self.touch_dir(newparent, now)
+    }
+
+    /// A directory moved from `from` to `to`: fix its ".." and both link counts.
+    fn reparent(&mut self, ino: u64, is_dir: bool, from: u64, to: u64) -> FsResult<()> {
+        if !is_dir || from == to {
+            return Ok(());
+        }
+        let n = self.inode(ino)?;
+        n.d.parent = to;
+        n.dirty = true;
+        let f = self.inode(from)?;
+        f.d.nlink = f.d.nlink.saturating_sub(1);
+        f.dirty = true;
+        let t = self.inode(to)?;
+        t.d.nlink += 1;
+        t.dirty = true;
+        Ok(())
+    }
+
+    pub(crate) fn setattr(&mut self, ino: u64, set: &SetAttr) -> FsResult<Attr> {
+        self.check_writable()?;
+        let now = Timespec::now();
+        if let Some(size) = set.size {
+            let node = self.inode(ino)?;
+            if node.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            if node.kind_mode() != libc::S_IFREG {
+                return Err(FsError::invalid("truncate of a non-regular file"));
+            }
+            let old = node.d.size;
+            self.truncate(ino, size)?;
+            if size != old || set.mtime.is_none() {
+                let n = self.inode(ino)?;
+                n.d.mtime = now.pair();
+            }
+        }
+        let node = self.inode(ino)?;
+        if let Some(mode) = set.mode {
+            node.d.mode = (node.d.mode & libc::S_IFMT) | (mode & 0o7777);
+        }
+        if let Some(uid) = set.uid {
+            node.d.uid = uid;
+        }
+        if let Some(gid) = set.gid {
+            node.d.gid = gid;
+        }
+        let t = |x: TimeOrNow| match x {
+            TimeOrNow::Now => now.pair(),
+            TimeOrNow::At(ts) => ts.pair(),
+        };
+        if let Some(a) = set.atime {
+            node.d.atime = t(a);
+        }
+        if let Some(m) = set.mtime {
+            node.d.mtime = t(m);
+        }
+        node.d.ctime = set.ctime.unwrap_or(now).pair();
+        node.dirty = true;
+        self.after_dirtying()?;
+        self.attr(ino)
+    }
+
+    pub(crate) fn statfs(&mut self) -> StatFs {
+        let geo = self.alloc.geo;
+        let free = self.alloc.free_blocks() + self.alloc.pending_block_count();
+        StatFs {
+            block_size: geo.block_size,
+            total_blocks: geo.data_blocks(),
+            free_blocks: free.saturating_sub(self.reserved),
+            avail_blocks: free.saturating_sub(self.reserved),
+            total_inodes: geo.total_inodes(),
+            free_inodes: self.alloc.free_inodes() + self.alloc.pending_inodes.len() as u64,
+            name_max: NAME_MAX as u32,
+        }
+    }
+
+    pub(crate) fn readdir(&mut self, ino: u64, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+        let parent = {
+            self.dir(ino)?;
+            let p = self.inode(ino)?.d.parent;
+            if p == 0 {
+                ROOT_INO
+            } else {
+                p
+            }
+        };
+        let mut out = Vec::new();
+        if offset < 1 {
+            out.push(DirEntry { ino, kind: FileKind::Directory, name: b".".to_vec(), offset: 1 });
+        }
+        if offset < 2 {
+            out.push(DirEntry { ino: parent, kind: FileKind::Directory, name: b"..".to_vec(), offset: 2 });
+        }
+        let dir = self.dir(ino)?;
+        let from = offset.saturating_sub(2);
+        for (seq, name) in dir.order.range(from..) {
+            if out.len() >= max {
+                break;
+            }
+            if let Some(e) = dir.index.get(name) {
+                out.push(DirEntry {
+                    ino: e.ino,
+                    kind: FileKind::from_dirent_type(e.kind).unwrap_or(FileKind::Regular),
+                    name: name.clone(),
+                    offset: seq + 3,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn xattrs(&mut self, ino: u64) -> FsResult<&mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>> {
+        let bs = self.bs();
+        let node = self.inode(ino)?;
+        if node.xattrs.is_none() {
+            let xb = node.d.xattr_block as u64;
+            let attrs = if xb == 0 {
+                Default::default()
+            } else {
+                self.check_data_block(xb)?;
+                let mut buf = vec![0u8; bs];
+                self.read_block(xb, &mut buf)?;
+                XattrBlock::decode(&buf, ino, xb)?.attrs
+            };
+            self.inode(ino)?.xattrs = Some(attrs);
+        }
+        Ok(self.inode(ino)?.xattrs.as_mut().expect("loaded above"))
+    }
+
+    pub(crate) fn setxattr(&mut self, ino: u64, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
+        self.check_writable()?;
+        if name.is_empty() || name.len() > 255 {
+            return Err(if name.is_empty() { FsError::invalid("empty xattr name") } else { FsError::Range });
+        }
+        let bs = self.bs();
+        let had_block = self.inode(ino)?.d.xattr_block != 0;
+        let x = self.xattrs(ino)?;
+        let exists = x.contains_key(name);
+        if flags.create && exists {
+            return Err(FsError::Exists);
+        }
+        if flags.replace && !exists {
+            return Err(FsError::NoAttr);
+        }
+        let mut next = x.clone();
+        next.insert(name.to_vec(), value.to_vec());
+        if XattrBlock::encoded_len(&next) > bs {
+            return Err(FsError::NoSpace);
+        }
+        if !had_block {
+            self.reserve(1)?;
+            self.reserved -= 1;
+        }
+        *self.xattrs(ino)? = next;
+        let node = self.inode(ino)?;
+        node.xattr_dirty = true;
+        node.d.ctime = Timespec::now().pair();
+        node.dirty = true;
+        Ok(())
+    }
+
+    pub(crate) fn getxattr(&mut self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.xattrs(ino)?.get(name).cloned().ok_or(FsError::NoAttr)
+    }
+
+    pub(crate) fn listxattr(&mut self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
+        Ok(self.xattrs(ino)?.keys().cloned().collect())
+    }
+
+    pub(crate) fn removexattr(&mut self, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.check_writable()?;
+        self.xattrs(ino)?.remove(name).ok_or(FsError::NoAttr)?;
+        let node = self.inode(ino)?;
+        node.xattr_dirty = true;
+        node.d.ctime = Timespec::now().pair();
+        node.dirty = true;
+        Ok(())
+    }
+
+    pub(crate) fn access(&mut self, ino: u64, mask: u32, who: Caller) -> FsResult<()> {
+        let d = &self.inode(ino)?.d;
+        if mask == 0 {
+            return Ok(());
+        }
+        let mode = d.mode;
+        if who.uid == 0 {
+            // root may do anything but execute a file nobody may execute
+            if mask & 1 != 0 && mode & libc::S_IFMT != libc::S_IFDIR && mode & 0o111 == 0 {
+                return Err(FsError::Access);
+            }
+            return Ok(());
+        }
+        let bits = if who.uid == d.uid {
+            (mode >> 6) & 7
+        } else if who.gid == d.gid {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        if bits & mask == mask {
+            Ok(())
+        } else {
+            Err(FsError::Access)
+        }
+    }
+}

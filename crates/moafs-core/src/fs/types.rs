@@ -1,0 +1,208 @@
+//! Types of the engine's public API (no FUSE types here: the adapter converts).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub type Ino = u64;
+pub const ROOT_INO: Ino = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    pub fn now() -> Timespec {
+        let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Timespec {
+            sec: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        }
+    }
+    pub(crate) fn pair(self) -> (i64, u32) {
+        (self.sec, self.nsec)
+    }
+    pub(crate) fn from_pair(p: (i64, u32)) -> Timespec {
+        Timespec { sec: p.0, nsec: p.1 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum FileKind {
+    Regular,
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileKind {
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::Regular,
+            libc::S_IFDIR => FileKind::Directory,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => return None,
+        })
+    }
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileKind::Regular => libc::S_IFREG,
+            FileKind::Directory => libc::S_IFDIR,
+            FileKind::Symlink => libc::S_IFLNK,
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+        }
+    }
+    /// The type byte stored in directory entries (same values as Linux `DT_*`).
+    pub fn dirent_type(self) -> u8 {
+        match self {
+            FileKind::Regular => libc::DT_REG,
+            FileKind::Directory => libc::DT_DIR,
+            FileKind::Symlink => libc::DT_LNK,
+            FileKind::Fifo => libc::DT_FIFO,
+            FileKind::Socket => libc::DT_SOCK,
+            FileKind::CharDevice => libc::DT_CHR,
+            FileKind::BlockDevice => libc::DT_BLK,
+        }
+    }
+    pub fn from_dirent_type(t: u8) -> Option<FileKind> {
+        FileKind::from_mode(match t {
+            libc::DT_REG => libc::S_IFREG,
+            libc::DT_DIR => libc::S_IFDIR,
+            libc::DT_LNK => libc::S_IFLNK,
+            libc::DT_FIFO => libc::S_IFIFO,
+            libc::DT_SOCK => libc::S_IFSOCK,
+            libc::DT_CHR => libc::S_IFCHR,
+            libc::DT_BLK => libc::S_IFBLK,
+            _ => 0,
+        })
+    }
+}
+
+/// Attributes of an inode, as `stat` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Attr {
+    pub ino: Ino,
+    pub size: u64,
+    /// 512-byte units, as `st_blocks`.
+    pub blocks_512: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    pub kind: FileKind,
+    /// Permission bits including setuid/setgid/sticky (`mode & 0o7777`).
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+    pub generation: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeOrNow {
+    Now,
+    At(Timespec),
+}
+
+/// A setattr request: every field that is `Some` changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+    pub ctime: Option<Timespec>,
+}
+
+/// Who asks: new inodes take their owner from here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Caller {
+    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub name: Vec<u8>,
+    /// Cookie to pass to `readdir` to continue after this entry.
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub total_blocks: u64,
+    pub free_blocks: u64,
+    pub avail_blocks: u64,
+    pub total_inodes: u64,
+    pub free_inodes: u64,
+    pub name_max: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct XattrFlags {
+    pub create: bool,
+    pub replace: bool,
+}
+
+/// Mount-time options of the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Upper bound of the block cache (clean + dirty data) in bytes.
+    pub cache_bytes: u64,
+    /// Dirty data above this is written back at once.
+    pub dirty_bytes_max: u64,
+    /// Period of the write-back timer (the adapter calls `Fs::tick`).
+    pub flush_interval_ms: u64,
+    pub read_only: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            cache_bytes: 256 << 20,
+            dirty_bytes_max: 64 << 20,
+            flush_interval_ms: 5000,
+            read_only: false,
+        }
+    }
+}
+
+/// What the engine has done, for `inspect` and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EngineCounters {
+    pub commits: u64,
+    pub data_blocks_written: u64,
+    pub data_write_ios: u64,
+    pub meta_blocks_written: u64,
+    pub data_blocks_read: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub evictions: u64,
+}

@@ -1,0 +1,167 @@
+//! mkfs: lays out an empty file system with a root directory.
+
+use crate::device::BlockDevice;
+use crate::error::{FsError, FsResult};
+use crate::format::{bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FORMAT_VERSION, INODE_BYTES, STATE_CLEAN};
+use crate::fs::Timespec;
+
+#[derive(Debug, Clone)]
+pub struct MkfsOptions {
+    /// 4096 or 16384.
+    pub block_size: u32,
+    /// Number of allocation groups (None: one group per `8 * block_size` blocks).
+    pub groups: Option<u32>,
+    /// Bytes of space per inode (16 KiB, as ext4).
+    pub bytes_per_inode: u64,
+    pub label: String,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            block_size: 4096,
+            groups: None,
+            bytes_per_inode: 16384,
+            label: String::new(),
+        }
+    }
+}
+
+/// Smallest image mkfs accepts.
+pub const MIN_IMAGE_BYTES: u64 = 1 << 20;
+
+/// Chooses the layout for a device of `size_bytes`.
+pub fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
+    let bs = opts.block_size;
+    if bs != 4096 && bs != 16384 {
+        return Err(FsError::invalid(format!("block size {bs} is not 4096 or 16384")));
+    }
+    if size_bytes < MIN_IMAGE_BYTES {
+        return Err(FsError::invalid(format!(
+            "image of {size_bytes} bytes is too small: moafs needs at least {MIN_IMAGE_BYTES} bytes"
+        )));
+    }
+    let mut total = size_bytes / bs as u64;
+    if total > 1u64 << 32 {
+        return Err(FsError::invalid(format!(
+            "{size_bytes} bytes is more than 2^32 blocks of {bs} bytes; use --block-size 16384 (up to 64 TiB)"
+        )));
+    }
+    let bpg: u64 = match opts.groups {
+        Some(0) => return Err(FsError::invalid("--groups must be at least 1")),
+        Some(n) => total.div_ceil(n as u64),
+        None => total.min(bs as u64 * 8),
+    };
+    if bpg < 64 {
+        return Err(FsError::invalid(format!("{bpg} blocks per group is too few (at least 64)")));
+    }
+    let bpg = bpg.min(u32::MAX as u64) as u32;
+    let ipb = bs / INODE_BYTES as u32;
+    let per_group_bytes = bpg as u64 * bs as u64;
+    let ipg = (per_group_bytes / opts.bytes_per_inode.max(1024)).clamp(ipb as u64, (bpg as u64 / 4) * ipb as u64);
+    let ipg = (ipg.div_ceil(ipb as u64) * ipb as u64) as u32;
+    let mut geo = Geometry::new(bs, total, bpg, ipg);
+    // A last group too small to hold its metadata and some data is dropped.
+    let last = geo.group_count - 1;
+    if last > 0 && geo.group_len(last) < geo.meta_blocks() + 16 {
+        total = geo.group_start(last);
+        geo = Geometry::new(bs, total, bpg, ipg);
+    }
+    if geo.group_len(0) < geo.meta_blocks() + 16 {
+        return Err(FsError::invalid("image too small for one allocation group"));
+    }
+    Ok(geo)
+}
+
+/// Creates an empty moafs on `dev`.
+pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
+    let geo = plan(dev.size(), opts)?;
+    let bs = geo.block_size as u64;
+    let now = Timespec::now();
+    let mut uuid = [0u8; 16];
+    rand::Rng::fill(&mut rand::thread_rng(), &mut uuid[..]);
+    let mut label = [0u8; 32];
+    let lb = opts.label.as_bytes();
+    if lb.len() > 32 {
+        return Err(FsError::invalid("label longer than 32 bytes"));
+    }
+    label[..lb.len()].copy_from_slice(lb);
+
+    // Root directory: inode 1, group 0, empty (no blocks yet).
+    let root = DiskInode {
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        atime: now.pair(),
+        mtime: now.pair(),
+        ctime: now.pair(),
+        crtime: now.pair(),
+        generation: 1,
+        parent: 1,
+        ..Default::default()
+    };
+    let mut free_blocks = 0u64;
+    let mut free_inodes = 0u64;
+    for g in 0..geo.group_count {
+        let len = geo.group_len(g);
+        let meta = geo.meta_blocks();
+        let mut bitmap = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
+        for i in 0..(geo.bitmap_blocks as u64 * bs * 8) {
+            // metadata blocks and bits past the end of the group are "in use"
+            if i < meta as u64 || i >= len as u64 {
+                bitmap[(i / 8) as usize] |= 1 << (i % 8);
+            }
+        }
+        let mut ibitmap = vec![0u8; (geo.ibitmap_blocks as u64 * bs) as usize];
+        for i in geo.inodes_per_group as u64..(geo.ibitmap_blocks as u64 * bs * 8) {
+            ibitmap[(i / 8) as usize] |= 1 << (i % 8);
+        }
+        let mut hdr = GroupHeader {
+            group: g,
+            free_blocks: len - meta,
+            free_inodes: geo.inodes_per_group,
+            ..Default::default()
+        };
+        if g == 0 {
+            ibitmap[0] |= 1;
+            hdr.free_inodes -= 1;
+            hdr.dirs = 1;
+            hdr.itable_init = geo.inodes_per_block();
+            let mut itb = vec![0u8; bs as usize];
+            root.encode_into(&mut itb[..INODE_BYTES], 1);
+            dev.write_at(geo.itable_block(0) * bs, &itb)?;
+        }
+        hdr.bitmap_crc = bitmap_crc(&bitmap, g);
+        hdr.ibitmap_crc = bitmap_crc(&ibitmap, g);
+        dev.write_at(geo.bitmap_block(g) * bs, &bitmap)?;
+        dev.write_at(geo.ibitmap_block(g) * bs, &ibitmap)?;
+        dev.write_at(geo.header_block(g) * bs, &hdr.encode(geo.header_block(g), geo.block_size))?;
+        free_blocks += hdr.free_blocks as u64;
+        free_inodes += hdr.free_inodes as u64;
+    }
+    let sb = Superblock {
+        format_version: FORMAT_VERSION,
+        block_size: geo.block_size,
+        total_blocks: geo.total_blocks,
+        blocks_per_group: geo.blocks_per_group,
+        inodes_per_group: geo.inodes_per_group,
+        uuid,
+        created_sec: now.sec as u64,
+        mount_count: 0,
+        state: STATE_CLEAN,
+        free_blocks,
+        free_inodes,
+        root_ino: 1,
+        features_compat: 0,
+        features_incompat: 0,
+        features_ro_compat: 0,
+        label,
+        last_write_sec: now.sec as u64,
+    };
+    let bytes = sb.encode(geo.block_size);
+    for g in geo.backup_groups() {
+        dev.write_at(geo.group_start(g) * bs, &bytes)?;
+    }
+    dev.write_at(0, &bytes)?;
+    dev.flush()?;
+    Ok(sb)
+}
