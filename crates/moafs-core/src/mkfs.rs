@@ -2,7 +2,10 @@
 
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
-use crate::format::{bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FORMAT_VERSION, INODE_BYTES, STATE_CLEAN};
+use crate::format::{
+    bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FORMAT_VERSION, INODE_BYTES,
+    STATE_CLEAN,
+};
 use crate::fs::Timespec;
 
 #[derive(Debug, Clone)]
@@ -34,7 +37,9 @@ pub const MIN_IMAGE_BYTES: u64 = 1 << 20;
 pub fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
     let bs = opts.block_size;
     if bs != 4096 && bs != 16384 {
-        return Err(FsError::invalid(format!("block size {bs} is not 4096 or 16384")));
+        return Err(FsError::invalid(format!(
+            "block size {bs} is not 4096 or 16384"
+        )));
     }
     if size_bytes < MIN_IMAGE_BYTES {
         return Err(FsError::invalid(format!(
@@ -53,12 +58,15 @@ pub fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
         None => total.min(bs as u64 * 8),
     };
     if bpg < 64 {
-        return Err(FsError::invalid(format!("{bpg} blocks per group is too few (at least 64)")));
+        return Err(FsError::invalid(format!(
+            "{bpg} blocks per group is too few (at least 64)"
+        )));
     }
     let bpg = bpg.min(u32::MAX as u64) as u32;
     let ipb = bs / INODE_BYTES as u32;
     let per_group_bytes = bpg as u64 * bs as u64;
-    let ipg = (per_group_bytes / opts.bytes_per_inode.max(1024)).clamp(ipb as u64, (bpg as u64 / 4) * ipb as u64);
+    let ipg = (per_group_bytes / opts.bytes_per_inode.max(1024))
+        .clamp(ipb as u64, (bpg as u64 / 4) * ipb as u64);
     let ipg = (ipg.div_ceil(ipb as u64) * ipb as u64) as u32;
     let mut geo = Geometry::new(bs, total, bpg, ipg);
     // A last group too small to hold its metadata and some data is dropped.
@@ -134,7 +142,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         hdr.ibitmap_crc = bitmap_crc(&ibitmap, g);
         dev.write_at(geo.bitmap_block(g) * bs, &bitmap)?;
         dev.write_at(geo.ibitmap_block(g) * bs, &ibitmap)?;
-        dev.write_at(geo.header_block(g) * bs, &hdr.encode(geo.header_block(g), geo.block_size))?;
+        dev.write_at(
+            geo.header_block(g) * bs,
+            &hdr.encode(geo.header_block(g), geo.block_size),
+        )?;
         free_blocks += hdr.free_blocks as u64;
         free_inodes += hdr.free_inodes as u64;
     }

@@ -68,30 +68,54 @@ impl DirBlock {
         let count = get_u16(b, 8) as usize;
         let used = get_u16(b, 10) as usize;
         if used > b.len() - DIR_HEADER_BYTES {
-            return Err(FsError::corrupt("directory block", block, "used bytes exceed block"));
+            return Err(FsError::corrupt(
+                "directory block",
+                block,
+                "used bytes exceed block",
+            ));
         }
         let end = DIR_HEADER_BYTES + used;
         let mut pos = DIR_HEADER_BYTES;
         let mut entries = Vec::with_capacity(count);
         for _ in 0..count {
             if pos + DIR_ENTRY_FIXED > end {
-                return Err(FsError::corrupt("directory block", block, "entry overruns block"));
+                return Err(FsError::corrupt(
+                    "directory block",
+                    block,
+                    "entry overruns block",
+                ));
             }
             let ino_e = get_u64(b, pos);
             let kind = b[pos + 8];
             let len = b[pos + 9] as usize;
             if len == 0 || pos + DIR_ENTRY_FIXED + len > end {
-                return Err(FsError::corrupt("directory block", block, "bad name length"));
+                return Err(FsError::corrupt(
+                    "directory block",
+                    block,
+                    "bad name length",
+                ));
             }
             let name = b[pos + 10..pos + 10 + len].to_vec();
             if name.contains(&b'/') || name.contains(&0) {
-                return Err(FsError::corrupt("directory block", block, "name contains '/' or NUL"));
+                return Err(FsError::corrupt(
+                    "directory block",
+                    block,
+                    "name contains '/' or NUL",
+                ));
             }
-            entries.push(DirEntryRaw { ino: ino_e, kind, name });
+            entries.push(DirEntryRaw {
+                ino: ino_e,
+                kind,
+                name,
+            });
             pos += DIR_ENTRY_FIXED + len;
         }
         if pos != end {
-            return Err(FsError::corrupt("directory block", block, "entry count and used bytes disagree"));
+            return Err(FsError::corrupt(
+                "directory block",
+                block,
+                "entry count and used bytes disagree",
+            ));
         }
         Ok(DirBlock { entries })
     }

@@ -27,7 +27,12 @@ pub struct Geometry {
 
 impl Geometry {
     /// Derives the layout from the sizes chosen by mkfs.
-    pub fn new(block_size: u32, total_blocks: u64, blocks_per_group: u32, inodes_per_group: u32) -> Geometry {
+    pub fn new(
+        block_size: u32,
+        total_blocks: u64,
+        blocks_per_group: u32,
+        inodes_per_group: u32,
+    ) -> Geometry {
         let bits = block_size as u64 * 8;
         let group_count = total_blocks.div_ceil(blocks_per_group as u64) as u32;
         Geometry {
@@ -38,12 +43,18 @@ impl Geometry {
             inodes_per_group,
             bitmap_blocks: (blocks_per_group as u64).div_ceil(bits) as u32,
             ibitmap_blocks: (inodes_per_group as u64).div_ceil(bits) as u32,
-            itable_blocks: (inodes_per_group as u64 * INODE_BYTES as u64).div_ceil(block_size as u64) as u32,
+            itable_blocks: (inodes_per_group as u64 * INODE_BYTES as u64)
+                .div_ceil(block_size as u64) as u32,
         }
     }
 
     pub fn from_superblock(sb: &Superblock) -> Geometry {
-        Geometry::new(sb.block_size, sb.total_blocks, sb.blocks_per_group, sb.inodes_per_group)
+        Geometry::new(
+            sb.block_size,
+            sb.total_blocks,
+            sb.blocks_per_group,
+            sb.inodes_per_group,
+        )
     }
 
     pub fn inodes_per_block(&self) -> u32 {

@@ -72,7 +72,12 @@ impl DiskInode {
             return Ok(DiskInode::default());
         }
         verify(slot, CRC_AT, ino, "inode", block)?;
-        let time = |i: usize| (get_u64(slot, 32 + i * 12) as i64, get_u32(slot, 40 + i * 12));
+        let time = |i: usize| {
+            (
+                get_u64(slot, 32 + i * 12) as i64,
+                get_u32(slot, 40 + i * 12),
+            )
+        };
         let mut direct = [0u32; N_DIRECT];
         for (i, p) in direct.iter_mut().enumerate() {
             *p = get_u32(slot, 96 + i * 4);

@@ -62,7 +62,13 @@ pub fn seal(bytes: &mut [u8], crc_at: usize, salt: u64) {
 }
 
 /// Verifies the crc stored at `crc_at`.
-pub fn verify(bytes: &[u8], crc_at: usize, salt: u64, what: &'static str, block: u64) -> FsResult<()> {
+pub fn verify(
+    bytes: &[u8],
+    crc_at: usize,
+    salt: u64,
+    what: &'static str,
+    block: u64,
+) -> FsResult<()> {
     let stored = get_u32(bytes, crc_at);
     let computed = crc_with_hole(bytes, crc_at, salt);
     if stored != computed {

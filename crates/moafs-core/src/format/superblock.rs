@@ -110,7 +110,10 @@ impl Superblock {
             return bad("blocks per group out of range");
         }
         let ipb = self.block_size / super::INODE_BYTES as u32;
-        if self.inodes_per_group == 0 || self.inodes_per_group % ipb != 0 || self.inodes_per_group > self.blocks_per_group * ipb {
+        if self.inodes_per_group == 0
+            || self.inodes_per_group % ipb != 0
+            || self.inodes_per_group > self.blocks_per_group * ipb
+        {
             return bad("inodes per group out of range");
         }
         if self.features_incompat != 0 {
@@ -120,7 +123,9 @@ impl Superblock {
             return bad("root inode is not 1");
         }
         let geo = super::Geometry::from_superblock(self);
-        if geo.meta_blocks() as u64 + 1 > geo.group_len(geo.group_count - 1) as u64 && geo.group_count == 1 {
+        if geo.meta_blocks() as u64 + 1 > geo.group_len(geo.group_count - 1) as u64
+            && geo.group_count == 1
+        {
             return bad("group too small for its metadata");
         }
         Ok(())

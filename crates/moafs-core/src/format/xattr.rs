@@ -20,7 +20,11 @@ pub struct XattrBlock {
 impl XattrBlock {
     /// Bytes the attributes need when encoded.
     pub fn encoded_len(attrs: &BTreeMap<Vec<u8>, Vec<u8>>) -> usize {
-        HEADER + attrs.iter().map(|(k, v)| 3 + k.len() + v.len()).sum::<usize>()
+        HEADER
+            + attrs
+                .iter()
+                .map(|(k, v)| 3 + k.len() + v.len())
+                .sum::<usize>()
     }
 
     pub fn encode(&self, ino: u64, block_size: u32) -> Vec<u8> {
@@ -48,13 +52,21 @@ impl XattrBlock {
         let count = get_u16(b, 8) as usize;
         let end = HEADER + get_u16(b, 10) as usize;
         if end > b.len() {
-            return Err(FsError::corrupt("xattr block", block, "used bytes exceed block"));
+            return Err(FsError::corrupt(
+                "xattr block",
+                block,
+                "used bytes exceed block",
+            ));
         }
         let mut pos = HEADER;
         let mut attrs = BTreeMap::new();
         for _ in 0..count {
             if pos + 3 > end {
-                return Err(FsError::corrupt("xattr block", block, "entry overruns block"));
+                return Err(FsError::corrupt(
+                    "xattr block",
+                    block,
+                    "entry overruns block",
+                ));
             }
             let kl = b[pos] as usize;
             let vl = get_u16(b, pos + 1) as usize;

@@ -5,7 +5,7 @@
 //! a crash could leave an old, still-durable pointer aimed at a block that already holds another
 //! file's data.
 
-use crate::format::{GroupHeader, Geometry};
+use crate::format::{Geometry, GroupHeader};
 
 pub(crate) struct Group {
     pub hdr: GroupHeader,
@@ -171,7 +171,9 @@ impl Allocator {
         let avg_blocks = self.free_blocks() / n.max(1);
         let mut best: Option<(u32, u32)> = None;
         for (g, grp) in self.groups.iter().enumerate() {
-            if (grp.hdr.free_inodes as u64) < avg_inodes.max(1) || (grp.hdr.free_blocks as u64) < avg_blocks {
+            if (grp.hdr.free_inodes as u64) < avg_inodes.max(1)
+                || (grp.hdr.free_blocks as u64) < avg_blocks
+            {
                 continue;
             }
             if best.is_none_or(|(_, d)| grp.hdr.dirs < d) {

@@ -17,7 +17,11 @@ impl Inner {
             || self.alloc.groups.iter().any(|g| g.dirty)
             || self.ind.values().any(|b| b.dirty)
             || self.inodes.values().any(|n| {
-                n.dirty || n.xattr_dirty || n.dir.as_ref().is_some_and(|d| d.blocks.iter().any(|b| b.dirty))
+                n.dirty
+                    || n.xattr_dirty
+                    || n.dir
+                        .as_ref()
+                        .is_some_and(|d| d.blocks.iter().any(|b| b.dirty))
             })
             || !self.alloc.pending_blocks.is_empty()
     }
@@ -44,7 +48,11 @@ impl Inner {
             if self.inodes[&ino].dirty_blocks > 0 {
                 self.write_back_file(ino)?;
             }
-            if self.inodes[&ino].dir.as_ref().is_some_and(|d| d.blocks.iter().any(|b| b.dirty)) {
+            if self.inodes[&ino]
+                .dir
+                .as_ref()
+                .is_some_and(|d| d.blocks.iter().any(|b| b.dirty))
+            {
                 self.write_back_dir(ino)?;
             }
             if self.inodes[&ino].xattr_dirty {
@@ -68,7 +76,12 @@ impl Inner {
     /// Allocates addresses for the dirty blocks that have none, then writes all dirty blocks
     /// of the file in physically contiguous runs, one vectored request per run.
     fn write_back_file(&mut self, ino: u64) -> FsResult<()> {
-        let dirty: Vec<u64> = self.inodes[&ino].cache.iter().filter(|(_, c)| c.dirty).map(|(i, _)| *i).collect();
+        let dirty: Vec<u64> = self.inodes[&ino]
+            .cache
+            .iter()
+            .filter(|(_, c)| c.dirty)
+            .map(|(i, _)| *i)
+            .collect();
         let mut placed: Vec<(u64, u64)> = Vec::with_capacity(dirty.len());
         let mut k = 0;
         while k < dirty.len() {
@@ -81,13 +94,19 @@ impl Inner {
             }
             // A run of consecutive unmapped logical blocks: allocate it contiguously if possible.
             let mut run = 1;
-            while k + run < dirty.len() && dirty[k + run] == idx + run as u64 && self.bmap(ino, idx + run as u64)? == 0 {
+            while k + run < dirty.len()
+                && dirty[k + run] == idx + run as u64
+                && self.bmap(ino, idx + run as u64)? == 0
+            {
                 run += 1;
             }
             let mut goal = self.goal_for(ino, idx)?;
             let mut done = 0u64;
             while done < run as u64 {
-                let (first, n) = self.alloc.alloc_blocks(goal, run as u64 - done).ok_or(FsError::NoSpace)?;
+                let (first, n) = self
+                    .alloc
+                    .alloc_blocks(goal, run as u64 - done)
+                    .ok_or(FsError::NoSpace)?;
                 for j in 0..n {
                     let i = idx + done + j;
                     self.set_bmap(ino, i, first + j)?;
@@ -142,7 +161,10 @@ impl Inner {
             while j < placed.len() && placed[j].0 == placed[j - 1].0 + 1 && j - i < 256 {
                 j += 1;
             }
-            let bufs: Vec<&[u8]> = placed[i..j].iter().filter_map(|(_, idx)| node.cache.get(idx).map(|c| &c.data[..])).collect();
+            let bufs: Vec<&[u8]> = placed[i..j]
+                .iter()
+                .filter_map(|(_, idx)| node.cache.get(idx).map(|c| &c.data[..]))
+                .collect();
             self.dev.writev_at(placed[i].0 * bs, &bufs)?;
             self.counters.data_write_ios += 1;
             self.counters.data_blocks_written += (j - i) as u64;
@@ -155,7 +177,15 @@ impl Inner {
         let bs = self.bs();
         let (nblocks, dirty): (usize, Vec<usize>) = {
             let d = self.inodes[&ino].dir.as_ref().expect("caller checked");
-            (d.blocks.len(), d.blocks.iter().enumerate().filter(|(_, b)| b.dirty).map(|(i, _)| i).collect())
+            (
+                d.blocks.len(),
+                d.blocks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.dirty)
+                    .map(|(i, _)| i)
+                    .collect(),
+            )
         };
         let mut writes = Vec::with_capacity(dirty.len());
         for bi in dirty {
@@ -218,7 +248,12 @@ impl Inner {
 
     fn write_indirect(&mut self) -> FsResult<()> {
         let bs = self.alloc.geo.block_size;
-        let mut dirty: Vec<u64> = self.ind.iter().filter(|(_, b)| b.dirty).map(|(k, _)| *k).collect();
+        let mut dirty: Vec<u64> = self
+            .ind
+            .iter()
+            .filter(|(_, b)| b.dirty)
+            .map(|(k, _)| *k)
+            .collect();
         dirty.sort_unstable();
         for blk in dirty {
             let ib = self.ind.get_mut(&blk).expect("listed above");
@@ -276,7 +311,8 @@ impl Inner {
             self.dev.write_at(geo.bitmap_block(g) * bs, &grp.bitmap)?;
             self.dev.write_at(geo.ibitmap_block(g) * bs, &grp.ibitmap)?;
             self.dev.write_at(geo.header_block(g) * bs, &hdr)?;
-            self.counters.meta_blocks_written += 1 + (geo.bitmap_blocks + geo.ibitmap_blocks) as u64;
+            self.counters.meta_blocks_written +=
+                1 + (geo.bitmap_blocks + geo.ibitmap_blocks) as u64;
         }
         Ok(())
     }
@@ -287,7 +323,13 @@ impl Inner {
             return;
         }
         self.inodes.retain(|ino, n| {
-            *ino == super::ROOT_INO || n.dirty || n.lookups > 0 || n.opens > 0 || n.dirty_blocks > 0 || n.xattr_dirty || !n.cache.is_empty()
+            *ino == super::ROOT_INO
+                || n.dirty
+                || n.lookups > 0
+                || n.opens > 0
+                || n.dirty_blocks > 0
+                || n.xattr_dirty
+                || !n.cache.is_empty()
         });
     }
 }

@@ -108,7 +108,9 @@ impl Inner {
         if data.is_empty() {
             return Ok(0);
         }
-        let end = offset.checked_add(data.len() as u64).ok_or(FsError::FileTooBig)?;
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::FileTooBig)?;
         if end.div_ceil(bs) > max_file_blocks(bs as u32) {
             return Err(FsError::FileTooBig);
         }
@@ -224,12 +226,21 @@ impl Inner {
     }
 
     /// Reads the missing blocks, one device request per physically contiguous run.
-    fn read_runs(&mut self, misses: &[(u64, u64)], offset: u64, end: u64, out: &mut [u8]) -> FsResult<()> {
+    fn read_runs(
+        &mut self,
+        misses: &[(u64, u64)],
+        offset: u64,
+        end: u64,
+        out: &mut [u8],
+    ) -> FsResult<()> {
         let bs = self.bs() as u64;
         let mut i = 0;
         while i < misses.len() {
             let mut j = i + 1;
-            while j < misses.len() && misses[j].1 == misses[j - 1].1 + 1 && misses[j].0 == misses[j - 1].0 + 1 {
+            while j < misses.len()
+                && misses[j].1 == misses[j - 1].1 + 1
+                && misses[j].0 == misses[j - 1].0 + 1
+            {
                 j += 1;
             }
             let n = (j - i) as u64;

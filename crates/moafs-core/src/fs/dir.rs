@@ -91,7 +91,15 @@ impl Dir {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.order.insert(seq, name.to_vec());
-        self.index.insert(name.to_vec(), DEnt { ino, kind, blk, seq });
+        self.index.insert(
+            name.to_vec(),
+            DEnt {
+                ino,
+                kind,
+                blk,
+                seq,
+            },
+        );
     }
 
     fn block_with_room(&mut self, need: usize) -> u32 {

@@ -100,7 +100,11 @@ impl Fs {
         }
         inner.inode(ROOT_INO)?;
         if !inner.inodes[&ROOT_INO].is_dir() {
-            return Err(FsError::corrupt("inode", ROOT_INO, "root is not a directory"));
+            return Err(FsError::corrupt(
+                "inode",
+                ROOT_INO,
+                "root is not a directory",
+            ));
         }
         if !inner.opts.read_only {
             inner.sb.state = STATE_MOUNTED;
@@ -136,7 +140,7 @@ impl Fs {
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
         let mut g = self.lock();
         let ino = g.lookup_name(parent, name)?;
-        g.inode(ino)?.lookups += 1;
+        g.add_lookup(ino)?;
         g.attr(ino)
     }
     /// The kernel drops `n` references taken by lookup-like replies.
@@ -156,17 +160,27 @@ impl Fs {
         self.lock().setattr(ino, set)
     }
     /// Creates any kind of inode but a directory or symlink (`mode` includes the type bits).
-    pub fn mknod(&self, parent: Ino, name: &[u8], mode: u32, rdev: u32, who: Caller) -> FsResult<Attr> {
+    pub fn mknod(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        who: Caller,
+    ) -> FsResult<Attr> {
         self.lock().make(parent, name, mode, rdev, who, None)
     }
     pub fn create(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
-        self.lock().make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None)
+        self.lock()
+            .make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None)
     }
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
-        self.lock().make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None)
+        self.lock()
+            .make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None)
     }
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], who: Caller) -> FsResult<Attr> {
-        self.lock().make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target))
+        self.lock()
+            .make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target))
     }
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
         self.lock().readlink(ino)
@@ -177,7 +191,14 @@ impl Fs {
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
         self.lock().remove(parent, name, true)
     }
-    pub fn rename(&self, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
         self.lock().rename(parent, name, newparent, newname, flags)
     }
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
@@ -314,13 +335,25 @@ fn load_groups(dev: &dyn BlockDevice, geo: &Geometry) -> FsResult<Vec<Group>> {
         let mut ibitmap = vec![0u8; geo.ibitmap_blocks as usize * bs as usize];
         dev.read_at(geo.ibitmap_block(g) * bs, &mut ibitmap)?;
         if bitmap_crc(&bitmap, g) != hdr.bitmap_crc {
-            return Err(FsError::corrupt("block bitmap", geo.bitmap_block(g), "checksum mismatch"));
+            return Err(FsError::corrupt(
+                "block bitmap",
+                geo.bitmap_block(g),
+                "checksum mismatch",
+            ));
         }
         if bitmap_crc(&ibitmap, g) != hdr.ibitmap_crc {
-            return Err(FsError::corrupt("inode bitmap", geo.ibitmap_block(g), "checksum mismatch"));
+            return Err(FsError::corrupt(
+                "inode bitmap",
+                geo.ibitmap_block(g),
+                "checksum mismatch",
+            ));
         }
         if hdr.free_blocks > geo.group_len(g) || hdr.free_inodes > geo.inodes_per_group {
-            return Err(FsError::corrupt("group header", hblk, "free counts exceed the group"));
+            return Err(FsError::corrupt(
+                "group header",
+                hblk,
+                "free counts exceed the group",
+            ));
         }
         groups.push(Group {
             hdr,
@@ -366,7 +399,12 @@ impl Inner {
             self.unmounted = true;
             return Ok(());
         }
-        let orphans: Vec<u64> = self.inodes.iter().filter(|(_, n)| n.d.nlink == 0).map(|(i, _)| *i).collect();
+        let orphans: Vec<u64> = self
+            .inodes
+            .iter()
+            .filter(|(_, n)| n.d.nlink == 0)
+            .map(|(i, _)| *i)
+            .collect();
         for ino in orphans {
             if let Some(n) = self.inodes.get_mut(&ino) {
                 n.lookups = 0;

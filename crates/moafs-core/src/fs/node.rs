@@ -94,7 +94,7 @@ impl Inner {
     /// Loads inode `ino` into memory (if needed) and returns it.
     pub(crate) fn inode(&mut self, ino: u64) -> FsResult<&mut Inode> {
         if !self.inodes.contains_key(&ino) {
-            if !self.alloc.geo.valid_ino(ino) {
+            if !self.alloc.geo.valid_ino(ino) || self.dead.iter().any(|(i, _)| *i == ino) {
                 return Err(FsError::Stale { ino });
             }
             let d = self.read_disk_inode(ino)?;
@@ -219,7 +219,13 @@ impl Inner {
     fn new_ind_block(&mut self, ino: u64, goal: u64) -> FsResult<u64> {
         let (b, _) = self.alloc.alloc_blocks(goal, 1).ok_or(FsError::NoSpace)?;
         let p = ptrs_per_block(self.alloc.geo.block_size) as usize;
-        self.ind.insert(b, IndBlock { ptrs: vec![0; p], dirty: true });
+        self.ind.insert(
+            b,
+            IndBlock {
+                ptrs: vec![0; p],
+                dirty: true,
+            },
+        );
         self.inode(ino)?.d.blocks += 1;
         Ok(b)
     }
@@ -260,7 +266,14 @@ impl Inner {
 
     /// Frees entries at relative index >= `keep` below `blk` (each child covers `child_span`
     /// logical blocks). Returns true when `blk` itself was freed (nothing left in it).
-    fn free_subtree(&mut self, blk: u64, level: usize, keep: u64, child_span: u64, freed: &mut u64) -> FsResult<bool> {
+    fn free_subtree(
+        &mut self,
+        blk: u64,
+        level: usize,
+        keep: u64,
+        child_span: u64,
+        freed: &mut u64,
+    ) -> FsResult<bool> {
         self.check_data_block(blk)?;
         let ptrs = self.load_ind(blk)?.ptrs.clone();
         let mut new = ptrs.clone();
@@ -301,10 +314,15 @@ impl Inner {
     /// A pointer read from disk must name a data block inside the image.
     pub(crate) fn check_data_block(&self, blk: u64) -> FsResult<()> {
         let geo = &self.alloc.geo;
-        if blk >= geo.total_blocks || blk - geo.group_start(geo.group_of_block(blk)) < geo.meta_blocks() as u64 {
-            return Err(FsError::corrupt("block pointer", blk, "points outside the data area"));
+        if blk >= geo.total_blocks
+            || blk - geo.group_start(geo.group_of_block(blk)) < geo.meta_blocks() as u64
+        {
+            return Err(FsError::corrupt(
+                "block pointer",
+                blk,
+                "points outside the data area",
+            ));
         }
         Ok(())
     }
 }
-

@@ -2,7 +2,10 @@
 
 use super::dir::Dir;
 use super::node::Inode;
-use super::{Attr, Caller, DirEntry, FileKind, Inner, RenameFlags, SetAttr, StatFs, TimeOrNow, Timespec, XattrFlags, ROOT_INO};
+use super::{
+    Attr, Caller, DirEntry, FileKind, Inner, RenameFlags, SetAttr, StatFs, TimeOrNow, Timespec,
+    XattrFlags, ROOT_INO,
+};
 use crate::error::{FsError, FsResult};
 use crate::format::{DirBlock, DiskInode, XattrBlock, NAME_MAX, SYMLINK_MAX};
 
@@ -13,18 +16,27 @@ fn check_name(name: &[u8]) -> FsResult<()> {
     if name.len() > NAME_MAX {
         return Err(FsError::NameTooLong);
     }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
         return Err(FsError::invalid("bad file name"));
     }
     Ok(())
 }
 
 impl Inner {
+    pub(crate) fn add_lookup(&mut self, ino: u64) -> FsResult<()> {
+        if self.opts.kernel_lookups {
+            self.inode(ino)?.lookups += 1;
+        }
+        Ok(())
+    }
+
     pub(crate) fn attr(&mut self, ino: u64) -> FsResult<Attr> {
         let bs = self.bs() as u32;
         let node = self.inode(ino)?;
         let d = &node.d;
-        let kind = FileKind::from_mode(d.mode).ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
+        let kind = FileKind::from_mode(d.mode)
+            .ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
         // Blocks not yet allocated (delayed allocation) still count, as on ext4.
         let pending = node.cache.values().filter(|c| c.reserved).count() as u64;
         Ok(Attr {
@@ -86,7 +98,10 @@ impl Inner {
             let p = self.inode(parent)?.d.parent;
             return Ok(if p == 0 { ROOT_INO } else { p });
         }
-        self.dir(parent)?.get(name).map(|e| e.ino).ok_or(FsError::NotFound)
+        self.dir(parent)?
+            .get(name)
+            .map(|e| e.ino)
+            .ok_or(FsError::NotFound)
     }
 
     fn touch_dir(&mut self, ino: u64, now: (i64, u32)) -> FsResult<()> {
@@ -98,10 +113,19 @@ impl Inner {
     }
 
     /// Creates an inode of any type in `parent`.
-    pub(crate) fn make(&mut self, parent: u64, name: &[u8], mode: u32, rdev: u32, who: Caller, target: Option<&[u8]>) -> FsResult<Attr> {
+    pub(crate) fn make(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        who: Caller,
+        target: Option<&[u8]>,
+    ) -> FsResult<Attr> {
         self.check_writable()?;
         check_name(name)?;
-        let kind = FileKind::from_mode(mode).ok_or_else(|| FsError::invalid("unknown file type"))?;
+        let kind =
+            FileKind::from_mode(mode).ok_or_else(|| FsError::invalid("unknown file type"))?;
         if let Some(t) = target {
             if t.len() > SYMLINK_MAX {
                 return Err(FsError::NameTooLong);
@@ -120,14 +144,21 @@ impl Inner {
         }
         let (pmode, pgid) = (pnode.d.mode, pnode.d.gid);
         let pgroup = self.alloc.geo.group_of_inode(parent);
-        let group = if is_dir { self.alloc.pick_dir_group(pgroup) } else { pgroup };
+        let group = if is_dir {
+            self.alloc.pick_dir_group(pgroup)
+        } else {
+            pgroup
+        };
         // A directory entry may need a new block.
         self.reserve(1)?;
-        let Some(ino) = self.alloc.alloc_inode(group, is_dir) else {
-            self.reserved -= 1;
-            return Err(FsError::NoSpace);
-        };
         self.reserved -= 1;
+        if self.alloc.free_inodes() == 0 && !self.alloc.pending_inodes.is_empty() {
+            self.commit()?;
+        }
+        let ino = self
+            .alloc
+            .alloc_inode(group, is_dir)
+            .ok_or(FsError::NoSpace)?;
         let now = Timespec::now().pair();
         let mut perm = mode & 0o7777;
         let mut gid = who.gid;
@@ -155,7 +186,7 @@ impl Inner {
         };
         let mut node = Inode::new(d);
         node.dirty = true;
-        node.lookups = 1;
+        node.lookups = self.opts.kernel_lookups as u64;
         if is_dir {
             node.dir = Some(Dir::new(DirBlock::capacity(self.bs() as u32)));
         }
@@ -277,7 +308,9 @@ impl Inner {
 
     fn truncate_all(&mut self, ino: u64) -> FsResult<()> {
         let node = self.inode(ino)?;
-        let (cached, dirty, reserved) = node.cache.values().fold((0, 0, 0), |a, c| (a.0 + 1, a.1 + c.dirty as u64, a.2 + c.reserved as u64));
+        let (cached, dirty, reserved) = node.cache.values().fold((0, 0, 0), |a, c| {
+            (a.0 + 1, a.1 + c.dirty as u64, a.2 + c.reserved as u64)
+        });
         node.cache.clear();
         node.dirty_blocks = 0;
         node.dir = None;
@@ -300,20 +333,22 @@ impl Inner {
         if node.d.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        let kind = FileKind::from_mode(node.d.mode).ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
+        let kind = FileKind::from_mode(node.d.mode)
+            .ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
         if self.dir(newparent)?.get(newname).is_some() {
             return Err(FsError::Exists);
         }
         self.reserve(1)?;
         self.reserved -= 1;
-        self.dir(newparent)?.insert(newname, ino, kind.dirent_type());
+        self.dir(newparent)?
+            .insert(newname, ino, kind.dirent_type());
         let now = Timespec::now().pair();
         self.touch_dir(newparent, now)?;
         let node = self.inode(ino)?;
         node.d.nlink += 1;
         node.d.ctime = now;
         node.dirty = true;
-        node.lookups += 1;
+        self.add_lookup(ino)?;
         self.attr(ino)
     }
 
@@ -331,10 +366,21 @@ impl Inner {
                 return Ok(false);
             }
         }
-        Err(FsError::corrupt("directory tree", ino, "parent chain does not reach the root"))
+        Err(FsError::corrupt(
+            "directory tree",
+            ino,
+            "parent chain does not reach the root",
+        ))
     }
 
-    pub(crate) fn rename(&mut self, parent: u64, name: &[u8], newparent: u64, newname: &[u8], flags: RenameFlags) -> FsResult<()> {
+    pub(crate) fn rename(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
         self.check_writable()?;
         if name.len() > NAME_MAX || newname.len() > NAME_MAX {
             return Err(FsError::NameTooLong);
@@ -495,10 +541,20 @@ impl Inner {
         };
         let mut out = Vec::new();
         if offset < 1 {
-            out.push(DirEntry { ino, kind: FileKind::Directory, name: b".".to_vec(), offset: 1 });
+            out.push(DirEntry {
+                ino,
+                kind: FileKind::Directory,
+                name: b".".to_vec(),
+                offset: 1,
+            });
         }
         if offset < 2 {
-            out.push(DirEntry { ino: parent, kind: FileKind::Directory, name: b"..".to_vec(), offset: 2 });
+            out.push(DirEntry {
+                ino: parent,
+                kind: FileKind::Directory,
+                name: b"..".to_vec(),
+                offset: 2,
+            });
         }
         let dir = self.dir(ino)?;
         let from = offset.saturating_sub(2);
@@ -536,10 +592,20 @@ impl Inner {
         Ok(self.inode(ino)?.xattrs.as_mut().expect("loaded above"))
     }
 
-    pub(crate) fn setxattr(&mut self, ino: u64, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
+    pub(crate) fn setxattr(
+        &mut self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> FsResult<()> {
         self.check_writable()?;
         if name.is_empty() || name.len() > 255 {
-            return Err(if name.is_empty() { FsError::invalid("empty xattr name") } else { FsError::Range });
+            return Err(if name.is_empty() {
+                FsError::invalid("empty xattr name")
+            } else {
+                FsError::Range
+            });
         }
         let bs = self.bs();
         let had_block = self.inode(ino)?.d.xattr_block != 0;

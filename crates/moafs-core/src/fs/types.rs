@@ -13,7 +13,9 @@ pub struct Timespec {
 
 impl Timespec {
     pub fn now() -> Timespec {
-        let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let d = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         Timespec {
             sec: d.as_secs() as i64,
             nsec: d.subsec_nanos(),
@@ -23,7 +25,10 @@ impl Timespec {
         (self.sec, self.nsec)
     }
     pub(crate) fn from_pair(p: (i64, u32)) -> Timespec {
-        Timespec { sec: p.0, nsec: p.1 }
+        Timespec {
+            sec: p.0,
+            nsec: p.1,
+        }
     }
 }
 
@@ -181,6 +186,10 @@ pub struct MountOptions {
     /// Period of the write-back timer (the adapter calls `Fs::tick`).
     pub flush_interval_ms: u64,
     pub read_only: bool,
+    /// Count references handed out by lookup-like calls (create, mkdir, link, lookup...) and
+    /// keep an unlinked inode until `forget` drops them: what the kernel's FUSE protocol needs.
+    /// In-process users leave this off and only `open`/`release` keep unlinked inodes alive.
+    pub kernel_lookups: bool,
 }
 
 impl Default for MountOptions {
@@ -190,6 +199,7 @@ impl Default for MountOptions {
             dirty_bytes_max: 64 << 20,
             flush_interval_ms: 5000,
             read_only: false,
+            kernel_lookups: false,
         }
     }
 }

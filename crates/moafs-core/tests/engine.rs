@@ -1,0 +1,346 @@
+mod common;
+use common::*;
+use moafs_core::fs::{FileKind, RenameFlags, SetAttr, XattrFlags, ROOT_INO};
+use moafs_core::FsError;
+
+#[test]
+fn create_write_remount_read() {
+    let dev = new_dev(64 << 20);
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let (f, d);
+    {
+        let fs = mount(&dev);
+        d = fs.mkdir(ROOT_INO, b"dir", 0o755, ME).unwrap().ino;
+        f = fs.create(d, b"file", 0o644, ME).unwrap().ino;
+        assert_eq!(fs.write(f, 0, &data).unwrap() as usize, data.len());
+        fs.symlink(d, b"link", b"file", ME).unwrap();
+        fs.setxattr(f, b"user.k", b"v", XattrFlags::default())
+            .unwrap();
+        fs.unmount().unwrap();
+    }
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    let a = fs.lookup(ROOT_INO, b"dir").unwrap();
+    assert_eq!(a.kind, FileKind::Directory);
+    assert_eq!(a.nlink, 2);
+    let fa = fs.lookup(d, b"file").unwrap();
+    assert_eq!(fa.size, data.len() as u64);
+    assert_eq!(fs.read(f, 0, data.len() as u32 + 10).unwrap(), data);
+    assert_eq!(fs.read(f, 4090, 20).unwrap(), &data[4090..4110]);
+    let l = fs.lookup(d, b"link").unwrap();
+    assert_eq!(fs.readlink(l.ino).unwrap(), b"file");
+    assert_eq!(fs.getxattr(f, b"user.k").unwrap(), b"v");
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
+}
+
+#[test]
+fn big_file_through_indirect_blocks() {
+    let dev = new_dev(128 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"big", 0o644, ME).unwrap().ino;
+    // past the single-indirect range: 12 + 1023 blocks = ~4.05 MiB
+    let chunk: Vec<u8> = (0..1 << 20).map(|i| (i % 253) as u8).collect();
+    for i in 0..6u64 {
+        fs.write(f, i << 20, &chunk).unwrap();
+    }
+    // a sparse write far away (double indirect)
+    fs.write(f, 40 << 20, b"tail").unwrap();
+    fs.sync().unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    assert_eq!(fs.getattr(f).unwrap().size, (40 << 20) + 4);
+    assert_eq!(fs.read(f, 5 << 20, 1 << 20).unwrap(), chunk);
+    assert_eq!(fs.read(f, 20 << 20, 8).unwrap(), vec![0u8; 8]);
+    assert_eq!(fs.read(f, 40 << 20, 100).unwrap(), b"tail");
+    // truncate down frees indirect blocks, and fsck agrees
+    fs.setattr(
+        f,
+        &SetAttr {
+            size: Some(5000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(fs.read(f, 0, 10000).unwrap(), &chunk[..5000]);
+    fs.setattr(
+        f,
+        &SetAttr {
+            size: Some(9000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let r = fs.read(f, 0, 10000).unwrap();
+    assert_eq!(&r[..5000], &chunk[..5000]);
+    assert!(
+        r[5000..].iter().all(|b| *b == 0),
+        "bytes past an old EOF read as zeros"
+    );
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}
+
+#[test]
+fn namespace_errors() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let long = vec![b'a'; 256];
+    assert!(matches!(
+        fs.create(ROOT_INO, &long, 0o644, ME),
+        Err(FsError::NameTooLong)
+    ));
+    assert!(matches!(
+        fs.lookup(ROOT_INO, &long),
+        Err(FsError::NameTooLong)
+    ));
+    fs.create(ROOT_INO, &long[..255], 0o644, ME).unwrap();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
+    fs.create(d, b"x", 0o644, ME).unwrap();
+    assert!(matches!(fs.rmdir(ROOT_INO, b"d"), Err(FsError::NotEmpty)));
+    assert!(matches!(fs.unlink(ROOT_INO, b"d"), Err(FsError::IsDir)));
+    assert!(matches!(fs.rmdir(d, b"x"), Err(FsError::NotDir)));
+    assert!(matches!(
+        fs.create(d, b"x", 0o644, ME),
+        Err(FsError::Exists)
+    ));
+    assert!(matches!(fs.lookup(d, b"nope"), Err(FsError::NotFound)));
+    // a directory cannot move below itself
+    let sub = fs.mkdir(d, b"sub", 0o755, ME).unwrap().ino;
+    assert!(fs
+        .rename(ROOT_INO, b"d", sub, b"d2", RenameFlags::default())
+        .is_err());
+    // noreplace and exchange
+    fs.create(ROOT_INO, b"a", 0o644, ME).unwrap();
+    fs.create(ROOT_INO, b"b", 0o600, ME).unwrap();
+    let noreplace = RenameFlags {
+        noreplace: true,
+        exchange: false,
+    };
+    assert!(matches!(
+        fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", noreplace),
+        Err(FsError::Exists)
+    ));
+    let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
+    let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+    let xchg = RenameFlags {
+        noreplace: false,
+        exchange: true,
+    };
+    fs.rename(ROOT_INO, b"a", ROOT_INO, b"b", xchg).unwrap();
+    assert_eq!(fs.lookup(ROOT_INO, b"a").unwrap().ino, b);
+    assert_eq!(fs.lookup(ROOT_INO, b"b").unwrap().ino, a);
+    // exchange a directory with a file across directories fixes link counts
+    fs.rename(ROOT_INO, b"a", d, b"x", xchg).unwrap();
+    fs.rename(d, b"sub", ROOT_INO, b"a", xchg).unwrap();
+    assert_eq!(fs.lookup(ROOT_INO, b"a").unwrap().ino, sub);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}
+
+#[test]
+fn unlinked_but_open_lives_until_release() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, ME).unwrap().ino;
+    fs.open(f).unwrap();
+    fs.forget(f, 1);
+    fs.write(f, 0, b"still here").unwrap();
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"still here");
+    assert_eq!(fs.getattr(f).unwrap().nlink, 0);
+    fs.release(f).unwrap();
+    assert!(fs.getattr(f).is_err());
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}
+
+#[test]
+fn enospc_then_delete_and_reuse() {
+    let dev = new_dev(4 << 20);
+    let fs = mount(&dev);
+    let chunk = vec![0xabu8; 64 << 10];
+    let mut n = 0;
+    let mut hit = false;
+    'outer: for i in 0..1000 {
+        let name = format!("f{i}");
+        let f = match fs.create(ROOT_INO, name.as_bytes(), 0o644, ME) {
+            Ok(a) => a.ino,
+            Err(FsError::NoSpace) => {
+                hit = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        n += 1;
+        for k in 0..4u64 {
+            match fs.write(f, k * chunk.len() as u64, &chunk) {
+                Ok(_) => {}
+                Err(FsError::NoSpace) => {
+                    hit = true;
+                    break 'outer;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    assert!(hit, "a 4 MiB file system must fill up");
+    fs.sync().unwrap();
+    for i in 0..n {
+        fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    let f = fs.create(ROOT_INO, b"again", 0o644, ME).unwrap().ino;
+    for k in 0..16u64 {
+        fs.write(f, k * chunk.len() as u64, &chunk)
+            .expect("space is reusable after delete");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}
+
+#[test]
+fn readdir_cookies_are_stable() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    for i in 0..300 {
+        fs.create(ROOT_INO, format!("n{i:03}").as_bytes(), 0o644, ME)
+            .unwrap();
+    }
+    let first = fs.readdir(ROOT_INO, 0, 100).unwrap();
+    assert_eq!(first[0].name, b".");
+    assert_eq!(first[1].name, b"..");
+    // delete entries not yet listed and some already listed; continue from the cookie
+    for i in (0..300).step_by(3) {
+        fs.unlink(ROOT_INO, format!("n{i:03}").as_bytes()).unwrap();
+    }
+    let mut seen: Vec<Vec<u8>> = first.iter().map(|e| e.name.clone()).collect();
+    let mut off = first.last().unwrap().offset;
+    loop {
+        let next = fs.readdir(ROOT_INO, off, 50).unwrap();
+        if next.is_empty() {
+            break;
+        }
+        off = next.last().unwrap().offset;
+        seen.extend(next.into_iter().map(|e| e.name));
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seen.len(), "no entry twice");
+    for i in 0..300 {
+        if i % 3 != 0 {
+            assert!(
+                seen.contains(&format!("n{i:03}").into_bytes()),
+                "kept entry n{i:03} listed"
+            );
+        }
+    }
+}
+
+#[test]
+fn xattr_semantics() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, ME).unwrap().ino;
+    let create = XattrFlags {
+        create: true,
+        replace: false,
+    };
+    let replace = XattrFlags {
+        create: false,
+        replace: true,
+    };
+    assert!(matches!(
+        fs.setxattr(f, b"user.a", b"1", replace),
+        Err(FsError::NoAttr)
+    ));
+    fs.setxattr(f, b"user.a", b"1", create).unwrap();
+    assert!(matches!(
+        fs.setxattr(f, b"user.a", b"2", create),
+        Err(FsError::Exists)
+    ));
+    fs.setxattr(f, b"user.a", b"2", replace).unwrap();
+    fs.setxattr(f, b"user.b", &[7u8; 1000], XattrFlags::default())
+        .unwrap();
+    assert!(matches!(
+        fs.setxattr(f, b"user.c", &[7u8; 4000], XattrFlags::default()),
+        Err(FsError::NoSpace)
+    ));
+    assert_eq!(
+        fs.listxattr(f).unwrap(),
+        vec![b"user.a".to_vec(), b"user.b".to_vec()]
+    );
+    fs.removexattr(f, b"user.a").unwrap();
+    assert!(matches!(fs.getxattr(f, b"user.a"), Err(FsError::NoAttr)));
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}
+
+#[test]
+fn corrupt_images_are_refused_cleanly() {
+    // not moafs at all
+    let dev = std::sync::Arc::new(moafs_core::device::MemDevice::from_bytes(vec![
+        0x5a;
+        2 << 20
+    ]));
+    let e = moafs_core::Fs::mount(dev.clone(), Default::default())
+        .err()
+        .expect("refused");
+    assert!(matches!(e, FsError::NotMoafs { .. }), "{e}");
+    // a flipped bit in the root inode
+    let dev = new_dev(8 << 20);
+    let geo = moafs_core::fs::read_superblock(dev.as_ref())
+        .map(|sb| moafs_core::format::Geometry::from_superblock(&sb))
+        .unwrap();
+    let mut img = dev.snapshot();
+    let (blk, off) = geo.inode_location(1);
+    img[(blk * 4096) as usize + off + 20] ^= 0x10;
+    let bad = std::sync::Arc::new(moafs_core::device::MemDevice::from_bytes(img));
+    let e = moafs_core::Fs::mount(bad.clone(), Default::default())
+        .err()
+        .expect("refused");
+    assert!(matches!(e, FsError::Corrupt { .. }), "{e}");
+    let r = moafs_core::fsck::fsck(bad.as_ref(), false).unwrap();
+    assert!(!r.errors.is_empty());
+}
+
+#[test]
+fn many_entries_in_one_directory() {
+    let dev = new_dev(400 << 20);
+    let fs = mount(&dev);
+    let d = fs.mkdir(ROOT_INO, b"big", 0o755, ME).unwrap().ino;
+    for i in 0..20_000 {
+        fs.mknod(
+            d,
+            format!("entry-{i:06}").as_bytes(),
+            libc::S_IFIFO | 0o644,
+            0,
+            ME,
+        )
+        .unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    assert!(fs.lookup(d, b"entry-019999").is_ok());
+    assert_eq!(fs.lookup(d, b"entry-000007").unwrap().kind, FileKind::Fifo);
+    let mut n = 0;
+    let mut off = 0;
+    loop {
+        let v = fs.readdir(d, off, 1000).unwrap();
+        if v.is_empty() {
+            break;
+        }
+        off = v.last().unwrap().offset;
+        n += v.len();
+    }
+    assert_eq!(n, 20_002);
+}
