@@ -323,6 +323,9 @@ impl Inner {
     pub(crate) fn link(&mut self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
         self.check_writable()?;
         check_name(newname)?;
+        if self.dir(newparent)?.get(newname).is_some() {
+            return Err(FsError::Exists);
+        }
         let node = self.inode(ino)?;
         if node.is_dir() {
             return Err(FsError::NotPermitted);
