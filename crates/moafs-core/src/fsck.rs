@@ -186,7 +186,7 @@ impl Checker<'_> {
             ));
         }
         let kind = d.mode & libc::S_IFMT;
-        if kind == libc::S_IFDIR && d.size % bs != 0 {
+        if kind == libc::S_IFDIR && !d.size.is_multiple_of(bs) {
             self.err(format!(
                 "directory {ino}: size {} is not a multiple of the block size",
                 d.size

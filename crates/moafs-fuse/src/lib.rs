@@ -1,1 +1,978 @@
+//! Thin FUSE adapter for the moafs engine (fuser 0.18).
+//!
+//! [`MoafsFuse`] converts between fuser's types and the engine's, maps [`FsError`] to errno and
+//! keeps no file-system state of its own: lookup counts, open counts and everything else live
+//! in [`Fs`]. File handles are always 0.
+//!
+//! [`mount_blocking`] mounts, serves requests on `threads` threads, runs the write-back timer
+//! (`Fs::tick` every second) and unmounts cleanly on SIGINT, SIGTERM or SIGHUP.
 
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
+};
+use moafs_core::fs::{
+    Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr, TimeOrNow, Timespec,
+    XattrFlags,
+};
+use moafs_core::{Fs, FsError};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::thread::JoinHandleExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How to mount (FUSE side; the engine's own options are `moafs_core::fs::MountOptions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountConfig {
+    /// Stay in the foreground (used by the binary only; the library never forks).
+    pub foreground: bool,
+    /// Threads reading FUSE requests (each with its own cloned /dev/fuse descriptor).
+    pub threads: usize,
+    /// Let users other than the mounter in (`allow_other`).
+    pub allow_other: bool,
+    /// Let the kernel check permissions from the mode bits (`default_permissions`).
+    pub default_permissions: bool,
+    /// How long the kernel may cache attributes, entries and negative entries.
+    pub attr_ttl: Duration,
+    /// Mount read-only at the VFS level too.
+    pub read_only: bool,
+    /// Source shown in /proc/mounts (e.g. `moafs:/path/to/image`).
+    pub fsname: String,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            foreground: false,
+            threads: 2,
+            allow_other: false,
+            default_permissions: true,
+            attr_ttl: Duration::from_secs(1),
+            read_only: false,
+            fsname: "moafs".to_string(),
+        }
+    }
+}
+
+/// The FUSE file system: an [`Fs`] behind fuser's `Filesystem` trait.
+pub struct MoafsFuse {
+    fs: Arc<Fs>,
+    ttl: Duration,
+}
+
+impl MoafsFuse {
+    pub fn new(fs: Arc<Fs>, cfg: &MountConfig) -> MoafsFuse {
+        MoafsFuse {
+            fs,
+            ttl: cfg.attr_ttl,
+        }
+    }
+
+    /// The engine this adapter serves.
+    pub fn fs(&self) -> &Arc<Fs> {
+        &self.fs
+    }
+}
+
+fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.to_errno())
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+/// Converts an engine time to `SystemTime` without panicking on any input.
+pub fn to_system_time(t: Timespec) -> SystemTime {
+    let nsec = Duration::from_nanos(u64::from(t.nsec.min(999_999_999)));
+    let base = if t.sec >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(t.sec as u64))
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_secs(t.sec.unsigned_abs()))
+    };
+    base.and_then(|b| b.checked_add(nsec)).unwrap_or(UNIX_EPOCH)
+}
+
+/// Converts a `SystemTime` to an engine time (seconds may be negative).
+pub fn from_system_time(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            if d.subsec_nanos() == 0 {
+                Timespec {
+                    sec: -secs,
+                    nsec: 0,
+                }
+            } else {
+                Timespec {
+                    sec: -secs - 1,
+                    nsec: 1_000_000_000 - d.subsec_nanos(),
+                }
+            }
+        }
+    }
+}
+
+pub fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+/// Converts engine attributes to fuser's.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks_512,
+        atime: to_system_time(a.atime),
+        mtime: to_system_time(a.mtime),
+        ctime: to_system_time(a.ctime),
+        crtime: to_system_time(a.crtime),
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn time_or_now(t: fuser::TimeOrNow) -> TimeOrNow {
+    match t {
+        fuser::TimeOrNow::Now => TimeOrNow::Now,
+        fuser::TimeOrNow::SpecificTime(st) => TimeOrNow::At(from_system_time(st)),
+    }
+}
+
+impl MoafsFuse {
+    fn entry(&self, reply: ReplyEntry, res: Result<Attr, FsError>) {
+        match res {
+            Ok(a) => reply.entry(
+                &self.ttl,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, res: Result<(), FsError>) {
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
+        if size == 0 {
+            match u32::try_from(data.len()) {
+                Ok(n) => reply.size(n),
+                Err(_) => reply.error(Errno::E2BIG),
+            }
+        } else if data.len() > size as usize {
+            reply.error(Errno::ERANGE);
+        } else {
+            reply.data(data);
+        }
+    }
+}
+
+impl Filesystem for MoafsFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // HANDLE_KILLPRIV is deliberately not requested: the kernel clears suid/sgid itself.
+        let wanted = [
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_WRITEBACK_CACHE,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_ASYNC_DIO,
+        ];
+        for flag in wanted {
+            if let Err(missing) = config.add_capabilities(flag) {
+                log::info!("kernel does not support {missing:?}");
+            }
+        }
+        if let Err(nearest) = config.set_max_write(1 << 20) {
+            let _ = config.set_max_write(nearest);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.unmount() {
+            log::error!("unmount: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.fs.lookup(parent.0, name.as_bytes()) {
+            Ok(a) => reply.entry(
+                &self.ttl,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+            ),
+            Err(FsError::NotFound) if !self.ttl.is_zero() => {
+                // A negative entry (node id 0) that the kernel may cache for the TTL.
+                let mut attr = file_attr(&negative_attr());
+                attr.ino = INodeNo(0);
+                reply.entry(&self.ttl, &attr, Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    // batch_forget: fuser's default calls `forget` for each node (its `ForgetOne` is private).
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+            ctime: ctime.map(from_system_time),
+        };
+        match self.fs.setattr(ino.0, &set) {
+            Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self
+            .fs
+            .mknod(parent.0, name.as_bytes(), mode, rdev, caller(req));
+        self.entry(reply, res);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let res = self
+            .fs
+            .mkdir(parent.0, name.as_bytes(), mode & 0o7777, caller(req));
+        self.entry(reply, res);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self.fs.symlink(
+            parent.0,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            caller(req),
+        );
+        self.entry(reply, res);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let bits = flags.bits();
+        if bits & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let flags = CoreRenameFlags {
+            noreplace: bits & libc::RENAME_NOREPLACE != 0,
+            exchange: bits & libc::RENAME_EXCHANGE != 0,
+        };
+        Self::empty(
+            reply,
+            self.fs.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                flags,
+            ),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let res = self.fs.link(ino.0, newparent.0, newname.as_bytes());
+        self.entry(reply, res);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if let Err(e) = self.fs.open(ino.0) {
+            return reply.error(errno(&e));
+        }
+        if flags.0 & libc::O_TRUNC != 0 {
+            // ATOMIC_O_TRUNC: the kernel leaves truncation to us.
+            let set = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            if let Err(e) = self.fs.setattr(ino.0, &set) {
+                if let Err(e2) = self.fs.release(ino.0) {
+                    log::error!("release of inode {} after a failed open: {e2}", ino.0);
+                }
+                return reply.error(errno(&e));
+            }
+        }
+        // We are the only writer: pages cached by the kernel stay valid across opens.
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(ino.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(ino.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.release(ino.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fsync(ino.0, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        const BATCH: usize = 128;
+        let mut offset = offset;
+        loop {
+            let entries = match self.fs.readdir(ino.0, offset, BATCH) {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let n = entries.len();
+            for e in entries {
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.offset,
+                    file_type(e.kind),
+                    OsStr::from_bytes(&e.name),
+                ) {
+                    return reply.ok();
+                }
+                offset = e.offset;
+            }
+            if n < BATCH {
+                return reply.ok();
+            }
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        const BATCH: usize = 64;
+        let mut offset = offset;
+        loop {
+            let entries = match self.fs.readdir(ino.0, offset, BATCH) {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let n = entries.len();
+            for e in entries {
+                let dot = e.name == b"." || e.name == b"..";
+                // "." and ".." take no lookup reference in the kernel; real entries do.
+                let attr = if dot {
+                    self.fs.getattr(e.ino)
+                } else {
+                    self.fs.lookup(ino.0, &e.name)
+                };
+                let attr = match attr {
+                    Ok(a) => a,
+                    Err(err) => {
+                        // Removed since the listing (or unreadable): skip it.
+                        log::debug!("readdirplus: {:?}: {err}", String::from_utf8_lossy(&e.name));
+                        offset = e.offset;
+                        continue;
+                    }
+                };
+                let full = reply.add(
+                    INodeNo(attr.ino),
+                    e.offset,
+                    OsStr::from_bytes(&e.name),
+                    &self.ttl,
+                    &file_attr(&attr),
+                    Generation(u64::from(attr.generation)),
+                );
+                if full {
+                    if !dot {
+                        self.fs.forget(attr.ino, 1);
+                    }
+                    return reply.ok();
+                }
+                offset = e.offset;
+            }
+            if n < BATCH {
+                return reply.ok();
+            }
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.sync());
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let s = self.fs.statfs();
+        reply.statfs(
+            s.total_blocks,
+            s.free_blocks,
+            s.avail_blocks,
+            s.total_inodes,
+            s.free_inodes,
+            s.block_size,
+            s.name_max,
+            s.block_size,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let flags = XattrFlags {
+            create: flags & libc::XATTR_CREATE != 0,
+            replace: flags & libc::XATTR_REPLACE != 0,
+        };
+        Self::empty(
+            reply,
+            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name.as_bytes()) {
+            Ok(v) => Self::xattr_reply(reply, &v, size),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                Self::xattr_reply(reply, &buf, size);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        Self::empty(
+            reply,
+            self.fs.access(ino.0, mask.bits() as u32, caller(req)),
+        );
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let attr = match self
+            .fs
+            .create(parent.0, name.as_bytes(), mode & 0o7777, caller(req))
+        {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let attr = match self.fs.open(attr.ino) {
+            Ok(a) => a,
+            Err(e) => {
+                // Drop the lookup reference the create took: the kernel never saw the entry.
+                self.fs.forget(attr.ino, 1);
+                return reply.error(errno(&e));
+            }
+        };
+        reply.created(
+            &self.ttl,
+            &file_attr(&attr),
+            Generation(u64::from(attr.generation)),
+            FileHandle(0),
+            FopenFlags::FOPEN_KEEP_CACHE,
+        );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
+    }
+}
+
+/// Attributes for a negative entry (only the timeouts matter to the kernel).
+fn negative_attr() -> Attr {
+    Attr {
+        ino: 0,
+        size: 0,
+        blocks_512: 0,
+        atime: Timespec::default(),
+        mtime: Timespec::default(),
+        ctime: Timespec::default(),
+        crtime: Timespec::default(),
+        kind: FileKind::Regular,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        generation: 0,
+    }
+}
+
+/// The write-back timer: calls `Fs::tick` every second until stopped.
+struct Ticker {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(fs: Arc<Fs>) -> io::Result<Ticker> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s = stop.clone();
+        let handle = thread::Builder::new()
+            .name("moafs-tick".into())
+            .spawn(move || {
+                let (lock, cv) = &*s;
+                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    let (g, _) = cv
+                        .wait_timeout(stopped, Duration::from_secs(1))
+                        .unwrap_or_else(|e| e.into_inner());
+                    stopped = g;
+                    if *stopped {
+                        return;
+                    }
+                    drop(stopped);
+                    if let Err(e) = fs.tick() {
+                        log::error!("write-back: {e}");
+                    }
+                    stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                }
+            })?;
+        Ok(Ticker {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Waits for SIGINT/SIGTERM/SIGHUP (blocked in every thread) and unmounts on the first one.
+struct SignalWatcher {
+    done: Arc<AtomicBool>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+fn watched_signals() -> SigSet {
+    let mut s = SigSet::empty();
+    s.add(Signal::SIGINT);
+    s.add(Signal::SIGTERM);
+    s.add(Signal::SIGHUP);
+    s
+}
+
+impl SignalWatcher {
+    fn start(mut unmounter: fuser::SessionUnmounter, mountpoint: PathBuf) -> io::Result<Self> {
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let handle = thread::Builder::new()
+            .name("moafs-signals".into())
+            .spawn(move || {
+                let set = watched_signals();
+                loop {
+                    let sig = match set.wait() {
+                        Ok(s) => s,
+                        Err(e) => {
+                            log::error!("sigwait: {e}");
+                            return;
+                        }
+                    };
+                    if d.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    log::info!("{sig:?}: unmounting {}", mountpoint.display());
+                    if let Err(e) = unmounter.unmount() {
+                        log::warn!("unmount failed ({e}); detaching lazily");
+                        if let Err(e) =
+                            nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
+                        {
+                            log::error!("lazy unmount of {} failed: {e}", mountpoint.display());
+                        }
+                    }
+                }
+            })?;
+        Ok(SignalWatcher {
+            done,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for SignalWatcher {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            // Wake the thread out of sigwait; it sees `done` and returns.
+            if nix::sys::pthread::pthread_kill(h.as_pthread_t(), Signal::SIGHUP).is_ok() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// Restores the calling thread's signal mask on drop.
+struct MaskGuard(SigSet);
+
+impl Drop for MaskGuard {
+    fn drop(&mut self) {
+        let _ = self.0.thread_set_mask();
+    }
+}
+
+/// Builds fuser's configuration from ours.
+pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
+    let mut c = fuser::Config::default();
+    c.mount_options = vec![
+        MountOption::FSName(cfg.fsname.clone()),
+        MountOption::Subtype("moafs".into()),
+    ];
+    if cfg.default_permissions {
+        c.mount_options.push(MountOption::DefaultPermissions);
+    }
+    if cfg.read_only {
+        c.mount_options.push(MountOption::RO);
+    }
+    c.acl = if cfg.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    let threads = cfg.threads.max(1);
+    c.n_threads = Some(threads);
+    c.clone_fd = threads > 1;
+    c
+}
+
+/// Mounts `fs` on `mountpoint`, calls `ready` once the mount is live, serves requests until
+/// the file system is unmounted (by `umount`/`fusermount3 -u`, or by SIGINT/SIGTERM/SIGHUP,
+/// which this function handles), and returns after the engine has written everything back
+/// (`Fs::unmount`).
+///
+/// Call it before spawning other threads if signals should reach the watcher: the signals are
+/// blocked in the calling thread (and so in every thread spawned from here) and restored on
+/// return.
+pub fn mount_blocking(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    ready: impl FnOnce(),
+) -> io::Result<()> {
+    let old_mask = watched_signals()
+        .thread_swap_mask(SigmaskHow::SIG_BLOCK)
+        .map_err(io::Error::from)?;
+    let _mask = MaskGuard(old_mask);
+
+    let mountpoint = mountpoint.canonicalize()?;
+    let adapter = MoafsFuse::new(fs.clone(), cfg);
+    let mut session = Session::new(adapter, &mountpoint, &fuser_config(cfg))?;
+    let ticker = Ticker::start(fs.clone())?;
+    let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;
+    log::info!("mounted on {}", mountpoint.display());
+    ready();
+    let res = session.run();
+    drop(watcher);
+    drop(ticker);
+    // `destroy` has normally done this already; later calls do nothing.
+    let unmounted = fs.unmount();
+    log::info!("unmounted {}", mountpoint.display());
+    res?;
+    unmounted.map_err(|e| io::Error::other(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_including_before_1970() {
+        for (sec, nsec) in [
+            (0, 0),
+            (1, 5),
+            (1_700_000_000, 999_999_999),
+            (-1, 0),
+            (-1, 1),
+            (-86_400, 500),
+        ] {
+            let t = Timespec { sec, nsec };
+            assert_eq!(from_system_time(to_system_time(t)), t, "{sec}.{nsec}");
+        }
+        // Out-of-range inputs do not panic.
+        let _ = to_system_time(Timespec {
+            sec: i64::MIN,
+            nsec: u32::MAX,
+        });
+        let _ = to_system_time(Timespec {
+            sec: i64::MAX,
+            nsec: u32::MAX,
+        });
+    }
+
+    #[test]
+    fn config_maps_options() {
+        let cfg = MountConfig {
+            threads: 4,
+            allow_other: true,
+            read_only: true,
+            ..MountConfig::default()
+        };
+        let c = fuser_config(&cfg);
+        assert_eq!(c.n_threads, Some(4));
+        assert!(c.clone_fd);
+        assert_eq!(c.acl, SessionACL::All);
+        assert!(c.mount_options.contains(&MountOption::DefaultPermissions));
+        assert!(c.mount_options.contains(&MountOption::RO));
+        let c = fuser_config(&MountConfig {
+            threads: 0,
+            default_permissions: false,
+            ..MountConfig::default()
+        });
+        assert_eq!(c.n_threads, Some(1));
+        assert!(!c.mount_options.contains(&MountOption::DefaultPermissions));
+    }
+}

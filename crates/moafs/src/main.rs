@@ -1,1 +1,855 @@
-fn main() {}
+//! `moafs`: mkfs, mount, fsck, inspect and install-helpers.
+//!
+//! Also answers to the names `mkfs.moafs`, `fsck.moafs`, `mount.moafs` and `mount.fuse.moafs`
+//! (the conventions of mkfs(8), fsck(8) and mount(8)), and to `moafs IMAGE MOUNTPOINT -o OPTS`
+//! (the convention of mount.fuse3 for `mount -t fuse.moafs`).
+
+use clap::{Args, Parser, Subcommand};
+use moafs_core::device::{BlockDevice, DeviceError, FileDevice, FileDeviceOptions};
+use moafs_core::format::Geometry;
+use moafs_core::fs::MountOptions;
+use moafs_core::mkfs::{MkfsOptions, MIN_IMAGE_BYTES};
+use moafs_core::{Fs, FsError};
+use moafs_fuse::MountConfig;
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "moafs", version, about = "moafs: a user-space file system")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a file system on IMAGE (created when missing; needs --size then).
+    Mkfs(MkfsArgs),
+    /// Mount IMAGE on MOUNTPOINT (returns once the mount is ready unless -f).
+    Mount(MountArgs),
+    /// Check (and with -y repair) IMAGE. Exit: 0 clean, 1 corrected, 4 uncorrected, 8 error.
+    Fsck(FsckArgs),
+    /// Show the layout and counters of IMAGE.
+    Inspect(InspectArgs),
+    /// Symlink mkfs.moafs, fsck.moafs, mount.moafs and mount.fuse.moafs to this binary.
+    InstallHelpers(InstallArgs),
+}
+
+#[derive(Args, Debug)]
+struct MkfsArgs {
+    /// Size of the image, e.g. 64M, 10G (bytes without a suffix; K/M/G/T are powers of 1024).
+    #[arg(long)]
+    size: Option<String>,
+    /// Block size: 4096 or 16384.
+    #[arg(long, default_value_t = 4096)]
+    block_size: u32,
+    /// Number of allocation groups.
+    #[arg(long)]
+    groups: Option<u32>,
+    /// Label (at most 32 bytes).
+    #[arg(long, default_value = "")]
+    label: String,
+    image: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct MountArgs {
+    /// Stay in the foreground (log to stderr).
+    #[arg(short = 'f')]
+    foreground: bool,
+    /// Comma-separated options: cache_size=, dirty_max=, flush_interval_ms=, ro, direct,
+    /// threads=, attr_ttl_ms=, allow_other, default_permissions, nodefault_permissions,
+    /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
+    #[arg(short = 'o', action = clap::ArgAction::Append)]
+    options: Vec<String>,
+    /// mount(8) helper flags (no mtab, sloppy, verbose): accepted and ignored.
+    #[arg(short = 'n', hide = true)]
+    no_mtab: bool,
+    #[arg(short = 's', hide = true)]
+    sloppy: bool,
+    #[arg(short = 'v', hide = true)]
+    verbose: bool,
+    image: PathBuf,
+    mountpoint: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct FsckArgs {
+    /// Check only; open the image read-only.
+    #[arg(short = 'n', conflicts_with = "yes")]
+    no: bool,
+    /// Repair what can be repaired.
+    #[arg(short = 'y')]
+    yes: bool,
+    /// e2fsck compatibility: -a and -p mean -y, -f is accepted and ignored.
+    #[arg(short = 'a', hide = true)]
+    auto: bool,
+    #[arg(short = 'p', hide = true)]
+    preen: bool,
+    #[arg(short = 'f', hide = true)]
+    force: bool,
+    image: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    image: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct InstallArgs {
+    /// mkfs.moafs and fsck.moafs go to PREFIX/sbin.
+    #[arg(long, default_value = "/usr/local")]
+    prefix: PathBuf,
+    /// Where mount.moafs and mount.fuse.moafs go (mount(8) looks in /sbin). Default: /sbin,
+    /// or PREFIX/sbin when --prefix is given.
+    #[arg(long)]
+    mount_helper_dir: Option<PathBuf>,
+}
+
+const SUBCOMMANDS: &[&str] = &[
+    "mkfs",
+    "mount",
+    "fsck",
+    "inspect",
+    "install-helpers",
+    "help",
+];
+
+/// Rewrites argv for the helper names and the mount.fuse3 convention.
+fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
+    if args.is_empty() {
+        args.push("moafs".into());
+    }
+    let prog = Path::new(&args[0])
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let sub = match prog.as_str() {
+        "mkfs.moafs" => Some("mkfs"),
+        "fsck.moafs" => Some("fsck"),
+        "mount.moafs" | "mount.fuse.moafs" => Some("mount"),
+        _ => {
+            let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
+            match first {
+                Some(a)
+                    if !SUBCOMMANDS.contains(&a.as_str())
+                        && !a.starts_with('-')
+                        && Path::new(&a).exists() =>
+                {
+                    Some("mount")
+                }
+                _ => None,
+            }
+        }
+    };
+    if let Some(sub) = sub {
+        args.insert(1, sub.into());
+    }
+    args[0] = "moafs".into();
+    args
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("warn,fuser::session=error"),
+    )
+    .init();
+    let args = rewrite_args(std::env::args_os().collect());
+    let is_fsck = args.get(1).is_some_and(|a| a == "fsck");
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let usage = e.use_stderr();
+            let _ = e.print();
+            return ExitCode::from(match (usage, is_fsck) {
+                (false, _) => 0,
+                (true, true) => 16,
+                (true, false) => 1,
+            });
+        }
+    };
+    let code = match cli.cmd {
+        Cmd::Mkfs(a) => report(cmd_mkfs(&a)),
+        Cmd::Mount(a) => cmd_mount(a),
+        Cmd::Fsck(a) => cmd_fsck(&a),
+        Cmd::Inspect(a) => report(cmd_inspect(&a)),
+        Cmd::InstallHelpers(a) => report(cmd_install(&a)),
+    };
+    ExitCode::from(code)
+}
+
+fn report(r: Result<(), String>) -> u8 {
+    match r {
+        Ok(()) => 0,
+        Err(msg) => {
+            eprintln!("moafs: {msg}");
+            1
+        }
+    }
+}
+
+/// Parses `1234`, `64K`, `10M`, `2G`, `1T` (also `KiB`/`KB`, any case).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?} (expected e.g. 4096, 64M, 2G)"))?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("invalid size {s:?} (unknown unit {unit:?})")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+fn dev_error(image: &Path, e: DeviceError) -> String {
+    match e {
+        DeviceError::Locked { .. } => format!(
+            "{} is already in use by another moafs process (mounted or being checked)",
+            image.display()
+        ),
+        DeviceError::Open { source, .. } => format!("cannot open {}: {source}", image.display()),
+        e => format!("{}: {e}", image.display()),
+    }
+}
+
+fn fs_error(image: &Path, e: FsError) -> String {
+    match e {
+        FsError::NotMoafs { detail } => {
+            format!("{} is not a moafs image ({detail})", image.display())
+        }
+        FsError::Corrupt { .. } => format!(
+            "{}: {e}; run `moafs fsck {}`",
+            image.display(),
+            image.display()
+        ),
+        FsError::Device(d) => dev_error(image, d),
+        e => format!("{}: {e}", image.display()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// mkfs
+
+fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
+    let size = a.size.as_deref().map(parse_size).transpose()?;
+    match size {
+        Some(s) => {
+            if s < MIN_IMAGE_BYTES {
+                return Err(format!(
+                    "--size {} is too small: moafs needs at least {} bytes ({})",
+                    a.size.as_deref().unwrap_or_default(),
+                    MIN_IMAGE_BYTES,
+                    human(MIN_IMAGE_BYTES)
+                ));
+            }
+            FileDevice::create(&a.image, s).map_err(|e| dev_error(&a.image, e))?;
+        }
+        None if !a.image.exists() => {
+            return Err(format!(
+                "{} does not exist; give --size to create it (e.g. --size 1G)",
+                a.image.display()
+            ));
+        }
+        None => {}
+    }
+    let dev = FileDevice::open(
+        &a.image,
+        FileDeviceOptions {
+            read_only: false,
+            direct: false,
+            lock: true,
+        },
+    )
+    .map_err(|e| dev_error(&a.image, e))?;
+    if dev.size() < MIN_IMAGE_BYTES {
+        return Err(format!(
+            "{} is too small ({} bytes): moafs needs at least {} bytes ({})",
+            a.image.display(),
+            dev.size(),
+            MIN_IMAGE_BYTES,
+            human(MIN_IMAGE_BYTES)
+        ));
+    }
+    let opts = MkfsOptions {
+        block_size: a.block_size,
+        groups: a.groups,
+        label: a.label.clone(),
+        ..MkfsOptions::default()
+    };
+    let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {
+        FsError::Invalid { detail } => detail,
+        e => fs_error(&a.image, e),
+    })?;
+    let geo = Geometry::from_superblock(&sb);
+    let bytes = geo.total_blocks * u64::from(geo.block_size);
+    println!("moafs created on {}", a.image.display());
+    println!(
+        "  size:        {} ({} bytes, {} blocks)",
+        human(bytes),
+        bytes,
+        geo.total_blocks
+    );
+    println!("  block size:  {}", geo.block_size);
+    println!(
+        "  groups:      {} of {} blocks",
+        geo.group_count, geo.blocks_per_group
+    );
+    println!(
+        "  inodes:      {} ({} per group)",
+        geo.total_inodes(),
+        geo.inodes_per_group
+    );
+    println!(
+        "  free:        {} in {} blocks",
+        human(sb.free_blocks * u64::from(geo.block_size)),
+        sb.free_blocks
+    );
+    if !a.label.is_empty() {
+        println!("  label:       {}", a.label);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// mount
+
+#[derive(Debug, Clone)]
+struct MountPlan {
+    engine: MountOptions,
+    fuse: MountConfig,
+    direct: bool,
+    log: Option<PathBuf>,
+    pidfile: Option<PathBuf>,
+    stats: Option<PathBuf>,
+}
+
+/// Options of mount(8) that mean nothing to moafs (FUSE mounts are nodev,nosuid as set by the
+/// kernel defaults of fuser).
+const IGNORED_OPTIONS: &[&str] = &[
+    "rw", "dev", "suid", "nodev", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
+    "auto", "noauto", "user", "nouser", "_netdev", "defaults",
+];
+
+fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
+    let mut p = MountPlan {
+        engine: MountOptions {
+            // the kernel holds references to inodes until it sends FORGET
+            kernel_lookups: true,
+            // writeback cache: the kernel owns mtime/ctime of written files
+            kernel_times: true,
+            ..MountOptions::default()
+        },
+        fuse: MountConfig::default(),
+        direct: false,
+        log: None,
+        pidfile: None,
+        stats: None,
+    };
+    let num = |k: &str, v: Option<&str>| -> Result<u64, String> {
+        let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=N)"))?;
+        v.parse::<u64>()
+            .map_err(|_| format!("invalid value {v:?} for mount option {k}"))
+    };
+    let size = |k: &str, v: Option<&str>| -> Result<u64, String> {
+        let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=SIZE)"))?;
+        parse_size(v).map_err(|e| format!("mount option {k}: {e}"))
+    };
+    let path = |k: &str, v: Option<&str>| -> Result<PathBuf, String> {
+        match v {
+            Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
+            _ => Err(format!("mount option {k} needs a value ({k}=PATH)")),
+        }
+    };
+    for opt in opts.iter().flat_map(|o| o.split(',')) {
+        let opt = opt.trim();
+        if opt.is_empty() {
+            continue;
+        }
+        let (k, v) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        match k {
+            "cache_size" => p.engine.cache_bytes = size(k, v)?,
+            "dirty_max" => p.engine.dirty_bytes_max = size(k, v)?,
+            "flush_interval_ms" => p.engine.flush_interval_ms = num(k, v)?,
+            "ro" if v.is_none() => {
+                p.engine.read_only = true;
+                p.fuse.read_only = true;
+            }
+            "direct" if v.is_none() => p.direct = true,
+            "threads" => {
+                let n = num(k, v)?;
+                if !(1..=64).contains(&n) {
+                    return Err(format!("threads={n}: must be between 1 and 64"));
+                }
+                p.fuse.threads = n as usize;
+            }
+            "attr_ttl_ms" => p.fuse.attr_ttl = Duration::from_millis(num(k, v)?),
+            "allow_other" if v.is_none() => p.fuse.allow_other = true,
+            "default_permissions" if v.is_none() => p.fuse.default_permissions = true,
+            "nodefault_permissions" if v.is_none() => p.fuse.default_permissions = false,
+            "log" => p.log = Some(path(k, v)?),
+            "pidfile" => p.pidfile = Some(path(k, v)?),
+            "stats" => p.stats = Some(path(k, v)?),
+            // Added by mount.fuse3 and friends; the source name is ours to choose.
+            "fsname" | "subtype" if v.is_some() => {}
+            _ if v.is_none() && IGNORED_OPTIONS.contains(&k) => {}
+            _ => return Err(format!("unknown mount option {opt}")),
+        }
+    }
+    Ok(p)
+}
+
+/// Opens the image and mounts the engine; then serves FUSE until unmounted.
+fn serve(
+    image: &Path,
+    mountpoint: &Path,
+    plan: &MountPlan,
+    ready: impl FnOnce(),
+) -> Result<(), String> {
+    let dev = FileDevice::open(
+        image,
+        FileDeviceOptions {
+            read_only: plan.engine.read_only,
+            direct: plan.direct,
+            lock: true,
+        },
+    )
+    .map_err(|e| dev_error(image, e))?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let fs = Fs::mount(dev, plan.engine.clone()).map_err(|e| fs_error(image, e))?;
+    let mut cfg = plan.fuse.clone();
+    cfg.fsname = format!("moafs:{}", image.display());
+    let fs = Arc::new(fs);
+    moafs_fuse::mount_blocking(fs.clone(), mountpoint, &cfg, ready)
+        .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
+    if let Some(path) = &plan.stats {
+        write_stats(path, &fs);
+    }
+    Ok(())
+}
+
+/// Writes the engine's and the device's counters of this mount as JSON (option `stats=PATH`).
+fn write_stats(path: &Path, fs: &Fs) {
+    let json = serde_json::json!({
+        "engine": fs.counters(),
+        "device": fs.device_counters(),
+    });
+    let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+    if let Err(e) = std::fs::write(path, text) {
+        log::error!("cannot write stats file {}: {e}", path.display());
+    }
+}
+
+fn write_pidfile(path: &Path) {
+    if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+        log::error!("cannot write pid file {}: {e}", path.display());
+    }
+}
+
+fn remove_pidfile(path: &Path) {
+    let ours = std::fs::read_to_string(path)
+        .map(|s| s.trim() == std::process::id().to_string())
+        .unwrap_or(false);
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn cmd_mount(a: MountArgs) -> u8 {
+    let mut plan = match parse_mount_options(&a.options) {
+        Ok(p) => p,
+        Err(e) => return report(Err(e)),
+    };
+    plan.fuse.foreground = a.foreground;
+    // Absolute paths: the daemon changes to "/".
+    let image = match a.image.canonicalize() {
+        Ok(p) => p,
+        Err(e) => return report(Err(format!("cannot open {}: {e}", a.image.display()))),
+    };
+    let mountpoint = match a.mountpoint.canonicalize() {
+        Ok(p) if p.is_dir() => p,
+        Ok(p) => {
+            return report(Err(format!(
+                "mount point {} is not a directory",
+                p.display()
+            )))
+        }
+        Err(e) => return report(Err(format!("mount point {}: {e}", a.mountpoint.display()))),
+    };
+    let absolutize = |p: &mut Option<PathBuf>| {
+        if let Some(path) = p {
+            if path.is_relative() {
+                if let Ok(cwd) = std::env::current_dir() {
+                    *path = cwd.join(&*path);
+                }
+            }
+        }
+    };
+    absolutize(&mut plan.log);
+    absolutize(&mut plan.pidfile);
+
+    if a.foreground {
+        let pidfile = plan.pidfile.clone();
+        let res = serve(&image, &mountpoint, &plan, || {
+            if let Some(p) = &pidfile {
+                write_pidfile(p);
+            }
+        });
+        if let Some(p) = &pidfile {
+            remove_pidfile(p);
+        }
+        return report(res);
+    }
+    daemonize_and_serve(&image, &mountpoint, &plan)
+}
+
+/// Forks; the child mounts and serves, the parent returns once the mount is ready (exit 0) or
+/// has failed (the child's message, exit 1).
+fn daemonize_and_serve(image: &Path, mountpoint: &Path, plan: &MountPlan) -> u8 {
+    let (rd, wr) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return report(Err(format!("pipe: {e}"))),
+    };
+    // SAFETY: `fork` is only unsafe in a multi-threaded process, where the child may inherit
+    // locks held by other threads. We fork here, in `main`'s thread, before anything in this
+    // process has spawned a thread (clap, env_logger and the option parsing above are
+    // single-threaded; the device, the engine and the FUSE session are created in the child).
+    let fork = unsafe { nix::unistd::fork() };
+    match fork {
+        Err(e) => report(Err(format!("fork: {e}"))),
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(wr);
+            let mut msg = String::new();
+            let _ = File::from(rd).read_to_string(&mut msg);
+            if msg.starts_with("OK") {
+                0
+            } else if let Some(err) = msg.strip_prefix("ERR ") {
+                eprintln!("moafs: {}", err.trim_end());
+                // The child exits right after reporting; reap it.
+                let _ = nix::sys::wait::waitpid(child, None);
+                1
+            } else {
+                let _ = nix::sys::wait::waitpid(child, None);
+                eprintln!("moafs: the mount daemon exited before the mount was ready");
+                1
+            }
+        }
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(rd);
+            let pipe = RefCell::new(Some(File::from(wr)));
+            let send = |m: &str| {
+                if let Some(mut f) = pipe.borrow_mut().take() {
+                    let _ = f.write_all(m.as_bytes());
+                }
+            };
+            if let Err(e) = detach(plan.log.as_deref()) {
+                send(&format!("ERR {e}\n"));
+                std::process::exit(1);
+            }
+            let pidfile = plan.pidfile.clone();
+            let res = serve(image, mountpoint, plan, || {
+                if let Some(p) = &pidfile {
+                    write_pidfile(p);
+                }
+                send("OK\n");
+            });
+            if let Some(p) = &pidfile {
+                remove_pidfile(p);
+            }
+            match res {
+                Ok(()) => std::process::exit(0),
+                Err(e) => {
+                    log::error!("{e}");
+                    send(&format!("ERR {e}\n"));
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+}
+
+/// Becomes a daemon: new session, cwd "/", stdin/stdout to /dev/null, stderr to the log file
+/// (or /dev/null).
+fn detach(log: Option<&Path>) -> Result<(), String> {
+    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| format!("/dev/null: {e}"))?;
+    let err_target = match log {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| format!("log file {}: {e}", p.display()))?,
+        None => null.try_clone().map_err(|e| format!("/dev/null: {e}"))?,
+    };
+    for (src, dst) in [
+        (null.as_raw_fd(), libc::STDIN_FILENO),
+        (null.as_raw_fd(), libc::STDOUT_FILENO),
+        (err_target.as_raw_fd(), libc::STDERR_FILENO),
+    ] {
+        nix::unistd::dup2(src, dst).map_err(|e| format!("dup2: {e}"))?;
+    }
+    std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// fsck and inspect
+
+fn cmd_fsck(a: &FsckArgs) -> u8 {
+    let repair = (a.yes || a.auto || a.preen) && !a.no;
+    let _ = a.force;
+    let dev = match FileDevice::open(
+        &a.image,
+        FileDeviceOptions {
+            read_only: !repair,
+            direct: false,
+            lock: true,
+        },
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("fsck.moafs: {}", dev_error(&a.image, e));
+            return 8;
+        }
+    };
+    let rep = match moafs_core::fsck::fsck(&dev, repair) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fsck.moafs: {}", fs_error(&a.image, e));
+            return 8;
+        }
+    };
+    for w in &rep.warnings {
+        println!("warning: {w}");
+    }
+    for r in &rep.repaired {
+        println!("repaired: {r}");
+    }
+    for e in &rep.errors {
+        println!("error: {e}");
+    }
+    println!("{}: {}", a.image.display(), rep.summary);
+    if !rep.errors.is_empty() && !repair {
+        println!("run `moafs fsck -y {}` to repair", a.image.display());
+    }
+    rep.exit_code().clamp(0, 255) as u8
+}
+
+fn cmd_inspect(a: &InspectArgs) -> Result<(), String> {
+    let dev = FileDevice::open(
+        &a.image,
+        FileDeviceOptions {
+            read_only: true,
+            direct: false,
+            lock: false,
+        },
+    )
+    .map_err(|e| dev_error(&a.image, e))?;
+    let rep = moafs_core::fsck::inspect(&dev).map_err(|e| fs_error(&a.image, e))?;
+    if a.json {
+        let s = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
+        println!("{s}");
+        return Ok(());
+    }
+    let v = serde_json::to_value(&rep).map_err(|e| e.to_string())?;
+    print_human(&v);
+    Ok(())
+}
+
+fn scalar(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "-".into(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Prints a report: scalars as `key: value`, lists of objects as one line per item.
+fn print_human(v: &serde_json::Value) {
+    let serde_json::Value::Object(map) = v else {
+        println!("{}", scalar(v));
+        return;
+    };
+    let width = map.keys().map(|k| k.len()).max().unwrap_or(0);
+    let mut lists = Vec::new();
+    for (k, val) in map {
+        match val {
+            serde_json::Value::Array(_) | serde_json::Value::Object(_) => lists.push((k, val)),
+            _ => println!("{k:width$}  {}", scalar(val)),
+        }
+    }
+    for (k, val) in lists {
+        println!("{k}:");
+        let items: Vec<&serde_json::Value> = match val {
+            serde_json::Value::Array(a) => a.iter().collect(),
+            other => vec![other],
+        };
+        for item in items {
+            match item {
+                serde_json::Value::Object(o) => {
+                    let line: Vec<String> = o
+                        .iter()
+                        .filter(|(_, x)| !x.is_null())
+                        .map(|(k, x)| format!("{k}={}", scalar(x)))
+                        .collect();
+                    println!("  {}", line.join(" "));
+                }
+                other => println!("  {}", scalar(other)),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// install-helpers
+
+fn cmd_install(a: &InstallArgs) -> Result<(), String> {
+    let exe = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .map_err(|e| format!("cannot find this executable: {e}"))?;
+    let sbin = a.prefix.join("sbin");
+    let prefix_given = std::env::args_os().any(|x| {
+        let s = x.to_string_lossy();
+        s == "--prefix" || s.starts_with("--prefix=")
+    });
+    let helper_dir = match &a.mount_helper_dir {
+        Some(d) => d.clone(),
+        None if prefix_given => sbin.clone(),
+        None => PathBuf::from("/sbin"),
+    };
+    let links = [
+        (sbin.join("mkfs.moafs"), &sbin),
+        (sbin.join("fsck.moafs"), &sbin),
+        (helper_dir.join("mount.moafs"), &helper_dir),
+        (helper_dir.join("mount.fuse.moafs"), &helper_dir),
+    ];
+    for (link, dir) in links {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        match std::fs::symlink_metadata(&link) {
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::remove_file(&link).map_err(|e| format!("{}: {e}", link.display()))?
+            }
+            Ok(_) => {
+                return Err(format!(
+                    "{} exists and is not a symlink; not replacing it",
+                    link.display()
+                ))
+            }
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(&exe, &link).map_err(|e| format!("{}: {e}", link.display()))?;
+        println!("{} -> {}", link.display(), exe.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("8M").unwrap(), 8 << 20);
+        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
+        assert_eq!(parse_size("16KiB").unwrap(), 16 << 10);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn options() {
+        let p = parse_mount_options(&["rw,relatime,cache_size=64M,threads=4,ro".into()]).unwrap();
+        assert_eq!(p.engine.cache_bytes, 64 << 20);
+        assert_eq!(p.fuse.threads, 4);
+        assert!(p.engine.read_only && p.fuse.read_only);
+        assert!(p.fuse.default_permissions);
+        let p =
+            parse_mount_options(&["nodefault_permissions".into(), "attr_ttl_ms=0".into()]).unwrap();
+        assert!(!p.fuse.default_permissions);
+        assert!(p.fuse.attr_ttl.is_zero());
+        let e = parse_mount_options(&["bogus".into()]).unwrap_err();
+        assert_eq!(e, "unknown mount option bogus");
+        assert!(parse_mount_options(&["threads=x".into()]).is_err());
+    }
+
+    #[test]
+    fn argv() {
+        let v = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            rewrite_args(v(&["/sbin/mkfs.moafs", "img"])),
+            v(&["moafs", "mkfs", "img"])
+        );
+        assert_eq!(
+            rewrite_args(v(&["mount.fuse.moafs", "img", "dir", "-o", "rw"])),
+            v(&["moafs", "mount", "img", "dir", "-o", "rw"])
+        );
+        assert_eq!(
+            rewrite_args(v(&["moafs", "fsck", "img"])),
+            v(&["moafs", "fsck", "img"])
+        );
+        // An existing file as first argument means mount (mount.fuse3 convention).
+        let exe = std::env::current_exe().unwrap();
+        let exe = exe.to_str().unwrap();
+        assert_eq!(
+            rewrite_args(v(&["moafs", exe, "/mnt"])),
+            v(&["moafs", "mount", exe, "/mnt"])
+        );
+    }
+
+    #[test]
+    fn cli_parses() {
+        let c = Cli::try_parse_from(["moafs", "fsck", "-fy", "img"]).unwrap();
+        assert!(matches!(
+            c.cmd,
+            Cmd::Fsck(FsckArgs {
+                yes: true,
+                force: true,
+                ..
+            })
+        ));
+        assert!(Cli::try_parse_from(["moafs", "fsck", "-n", "-y", "img"]).is_err());
+        let c =
+            Cli::try_parse_from(["moafs", "mount", "img", "dir", "-o", "ro", "-n", "-v"]).unwrap();
+        assert!(matches!(c.cmd, Cmd::Mount(MountArgs { .. })));
+    }
+}

@@ -223,7 +223,8 @@ impl FileDevice {
 
     /// Writes `data` at `offset` through an aligned bounce buffer (one `pwrite` when aligned).
     fn direct_write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let aligned = offset % DIRECT_ALIGN as u64 == 0 && data.len() % DIRECT_ALIGN == 0;
+        let aligned =
+            offset.is_multiple_of(DIRECT_ALIGN as u64) && data.len().is_multiple_of(DIRECT_ALIGN);
         let (mut bounce, pos) = if aligned {
             (Bounce::new(data.len()), 0)
         } else {

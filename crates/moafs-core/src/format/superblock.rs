@@ -111,7 +111,7 @@ impl Superblock {
         }
         let ipb = self.block_size / super::INODE_BYTES as u32;
         if self.inodes_per_group == 0
-            || self.inodes_per_group % ipb != 0
+            || !self.inodes_per_group.is_multiple_of(ipb)
             || self.inodes_per_group > self.blocks_per_group * ipb
         {
             return bad("inodes per group out of range");

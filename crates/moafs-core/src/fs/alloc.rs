@@ -31,7 +31,7 @@ pub(crate) fn set_bit(map: &mut [u8], i: u64, v: bool) {
 pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
     let mut i = from;
     while i < to {
-        if i % 8 == 0 && map[(i / 8) as usize] == 0xff {
+        if i.is_multiple_of(8) && map[(i / 8) as usize] == 0xff {
             i += 8;
             continue;
         }

@@ -140,10 +140,13 @@ impl Inner {
             self.put_dirty(ino, idx, buf, newly)?;
         }
         let now = Timespec::now().pair();
+        let kernel_times = self.opts.kernel_times;
         let node = self.inode(ino)?;
         node.d.size = node.d.size.max(end);
-        node.d.mtime = now;
-        node.d.ctime = now;
+        if !kernel_times {
+            node.d.mtime = now;
+            node.d.ctime = now;
+        }
         node.dirty = true;
         self.after_dirtying()?;
         Ok(data.len() as u32)
@@ -287,7 +290,7 @@ impl Inner {
             let keep = new_size.div_ceil(bs);
             self.drop_cached_from(ino, keep)?;
             self.free_from(ino, keep)?;
-            if new_size % bs != 0 {
+            if !new_size.is_multiple_of(bs) {
                 // Bytes past EOF inside the last block must read as zeros if the file grows.
                 let idx = new_size / bs;
                 let mut buf = self.load_block(ino, idx)?;

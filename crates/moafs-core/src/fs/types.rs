@@ -190,6 +190,10 @@ pub struct MountOptions {
     /// keep an unlinked inode until `forget` drops them: what the kernel's FUSE protocol needs.
     /// In-process users leave this off and only `open`/`release` keep unlinked inodes alive.
     pub kernel_lookups: bool,
+    /// The kernel keeps mtime/ctime of written files and sends them with setattr (FUSE
+    /// writeback cache): `write` then leaves the times alone, so that a write request served
+    /// after the kernel's setattr cannot move them.
+    pub kernel_times: bool,
 }
 
 impl Default for MountOptions {
@@ -200,6 +204,7 @@ impl Default for MountOptions {
             flush_interval_ms: 5000,
             read_only: false,
             kernel_lookups: false,
+            kernel_times: false,
         }
     }
 }

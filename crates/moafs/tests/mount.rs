@@ -1,0 +1,859 @@
+//! End-to-end tests through real FUSE mounts (need root and /dev/fuse; skipped otherwise).
+//!
+//! Every mount is owned by a [`Mounted`] guard that unmounts (`fusermount3 -u`, then
+//! `umount -l`) and waits for the daemon to exit when dropped, so a failing test never leaves a
+//! mount behind. Guards are declared after their `TempDir`, so they drop first.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_moafs");
+
+/// Whether real mounts can run here.
+fn can_mount() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ok = root && Path::new("/dev/fuse").exists();
+    if !ok {
+        eprintln!("skipping: needs root and /dev/fuse");
+    }
+    ok
+}
+
+fn moafs(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run moafs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+fn mkfs(img: &Path, size: &str) {
+    let out = moafs(&["mkfs", "--size", size, p(img)]);
+    assert!(out.status.success(), "mkfs failed: {}", text(&out.stderr));
+}
+
+fn fsck(img: &Path) -> (i32, String) {
+    let out = moafs(&["fsck", "-n", p(img)]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.code().unwrap_or(-1), all)
+}
+
+fn assert_fsck_clean(img: &Path) {
+    let (code, out) = fsck(img);
+    assert_eq!(code, 0, "fsck not clean:\n{out}");
+}
+
+/// Whether `dir` is a mount point now.
+fn is_mounted(dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts.lines().any(|l| {
+        let mp = l.split(' ').nth(1).unwrap_or("");
+        // /proc/mounts escapes spaces etc. as octal; our temp paths have none.
+        Path::new(mp) == dir
+    })
+}
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet).
+fn process_gone(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => {
+            // The state follows the parenthesised command name.
+            let state = s
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start())
+                .unwrap_or("");
+            state.starts_with('Z') || state.starts_with('X')
+        }
+    }
+}
+
+fn wait_gone(pid: i32, timeout: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if process_gone(pid) {
+            return true;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    process_gone(pid)
+}
+
+/// A live mount; unmounts and waits for its daemon on drop.
+struct Mounted {
+    dir: PathBuf,
+    pid: i32,
+    done: bool,
+}
+
+impl Mounted {
+    /// Mounts with the given extra options (comma-separated, may be empty).
+    fn new(img: &Path, dir: &Path, opts: &str) -> Mounted {
+        match Mounted::try_new(img, dir, opts) {
+            Ok(m) => m,
+            Err(out) => panic!(
+                "mount failed ({:?}): {}{}",
+                out.status,
+                text(&out.stdout),
+                text(&out.stderr)
+            ),
+        }
+    }
+
+    fn try_new(img: &Path, dir: &Path, opts: &str) -> Result<Mounted, Output> {
+        fs::create_dir_all(dir).unwrap();
+        let pidfile = dir.with_extension("pid");
+        let _ = fs::remove_file(&pidfile);
+        let mut o = format!("pidfile={}", p(&pidfile));
+        if !opts.is_empty() {
+            o = format!("{o},{opts}");
+        }
+        let out = moafs(&["mount", "-o", &o, p(img), p(dir)]);
+        Mounted::after_mount(out, dir, &pidfile)
+    }
+
+    /// Takes over a mount made by some other command, given its pid file.
+    fn after_mount(out: Output, dir: &Path, pidfile: &Path) -> Result<Mounted, Output> {
+        if !out.status.success() {
+            // Never leave a mount behind, even if the command lied.
+            if is_mounted(dir) {
+                let _ = Command::new("umount").arg("-l").arg(dir).status();
+            }
+            return Err(out);
+        }
+        let pid: i32 = fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let m = Mounted {
+            dir: dir.to_path_buf(),
+            pid,
+            done: false,
+        };
+        assert!(pid > 0, "no pid file {}", pidfile.display());
+        assert!(
+            is_mounted(dir),
+            "{} is not mounted after mount returned",
+            dir.display()
+        );
+        Ok(m)
+    }
+
+    /// Unmounts and waits until the daemon has exited (and so written everything back).
+    fn unmount(mut self) {
+        self.cleanup(true);
+    }
+
+    fn cleanup(&mut self, strict: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let mut last_err = String::new();
+        // A file descriptor briefly duplicated into a child being spawned by another test
+        // thread can make the mount busy for a moment: retry before giving up.
+        for _ in 0..50 {
+            if !is_mounted(&self.dir) {
+                break;
+            }
+            match Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.dir)
+                .output()
+            {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => last_err = text(&out.stderr),
+                Err(e) => last_err = e.to_string(),
+            }
+            if is_mounted(&self.dir) {
+                sleep(Duration::from_millis(100));
+            }
+        }
+        if is_mounted(&self.dir) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            if strict {
+                panic!("fusermount3 -u {} failed: {last_err}", self.dir.display());
+            }
+        }
+        if self.pid > 0 && !wait_gone(self.pid, Duration::from_secs(60)) {
+            // SAFETY: kill has no memory-safety preconditions; pid is the daemon we started.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            if strict {
+                panic!("daemon {} did not exit after unmount", self.pid);
+            }
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.cleanup(false);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// xattr helpers (libc; symlinks are not followed)
+
+fn cpath(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).unwrap()
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let (cp, cn) = (cpath(path), CString::new(name).unwrap());
+    // SAFETY: both strings are NUL-terminated and live across the call; `value` is valid for
+    // `value.len()` bytes.
+    let r = unsafe {
+        libc::lsetxattr(
+            cp.as_ptr(),
+            cn.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
+    let (cp, cn) = (cpath(path), CString::new(name).unwrap());
+    // SAFETY: strings as above; a null buffer of size 0 asks for the size only.
+    let n = unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), std::ptr::null_mut(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; n as usize];
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+    let n =
+        unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+fn list_xattr(path: &Path) -> io::Result<Vec<String>> {
+    let cp = cpath(path);
+    // SAFETY: as above.
+    let n = unsafe { libc::llistxattr(cp.as_ptr(), std::ptr::null_mut(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; n as usize];
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+    let n = unsafe { libc::llistxattr(cp.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    let mut names: Vec<String> = buf
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+// ---------------------------------------------------------------------------------------------
+// tree snapshots
+
+#[derive(PartialEq, Eq)]
+struct Node {
+    ino: u64,
+    mode: u32,
+    size: u64,
+    nlink: u64,
+    uid: u32,
+    gid: u32,
+    mtime: (i64, i64),
+    link: Option<PathBuf>,
+    data: Option<Vec<u8>>,
+    xattrs: Vec<(String, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("ino", &self.ino)
+            .field("mode", &format_args!("{:o}", self.mode))
+            .field("size", &self.size)
+            .field("nlink", &self.nlink)
+            .field("uid", &self.uid)
+            .field("gid", &self.gid)
+            .field("mtime", &self.mtime)
+            .field("link", &self.link)
+            .field("data_len", &self.data.as_ref().map(|d| d.len()))
+            .field(
+                "xattrs",
+                &self
+                    .xattrs
+                    .iter()
+                    .map(|(n, v)| (n, v.len()))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// Describes how two nodes differ (the first differing byte for data).
+fn diff(a: &Node, b: &Node) -> String {
+    let mut out = String::new();
+    if let (Some(x), Some(y)) = (&a.data, &b.data) {
+        if let Some(i) = x.iter().zip(y.iter()).position(|(p, q)| p != q) {
+            out += &format!(
+                "data differs first at byte {i} (lengths {} and {}); ",
+                x.len(),
+                y.len()
+            );
+        } else if x.len() != y.len() {
+            out += &format!("data lengths {} and {}; ", x.len(), y.len());
+        }
+    }
+    out + &format!("before: {a:?}\n after: {b:?}")
+}
+
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Node> {
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Node>) {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let m = fs::symlink_metadata(&path).unwrap();
+        let ft = m.file_type();
+        let xattrs = list_xattr(&path)
+            .unwrap()
+            .into_iter()
+            .map(|n| {
+                let v = get_xattr(&path, &n).unwrap();
+                (n, v)
+            })
+            .collect();
+        let node = Node {
+            ino: m.ino(),
+            mode: m.mode(),
+            size: m.size(),
+            nlink: m.nlink(),
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            link: ft.is_symlink().then(|| fs::read_link(&path).unwrap()),
+            data: ft.is_file().then(|| fs::read(&path).unwrap()),
+            xattrs,
+        };
+        out.insert(path.strip_prefix(root).unwrap().to_path_buf(), node);
+        if ft.is_dir() {
+            walk(root, &path, out);
+        }
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn mkfifo(path: &Path, mode: u32) {
+    let cp = cpath(path);
+    // SAFETY: `cp` is a NUL-terminated path that lives across the call.
+    let r = unsafe { libc::mkfifo(cp.as_ptr(), mode as libc::mode_t) };
+    assert_eq!(r, 0, "mkfifo: {}", io::Error::last_os_error());
+}
+
+// ---------------------------------------------------------------------------------------------
+// tests
+
+#[test]
+fn populate_unmount_fsck_remount_identical() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "64M");
+    let m = Mounted::new(&img, &mnt, "");
+
+    // directories
+    fs::create_dir_all(mnt.join("a/b/c")).unwrap();
+    fs::create_dir(mnt.join("empty")).unwrap();
+    fs::set_permissions(mnt.join("a/b"), fs::Permissions::from_mode(0o750)).unwrap();
+    // small files of assorted sizes
+    for (i, len) in [0usize, 1, 100, 4095, 4096, 4097, 65536, 300_001]
+        .iter()
+        .enumerate()
+    {
+        fs::write(mnt.join(format!("a/f{i}")), pattern(*len, i as u64)).unwrap();
+    }
+    fs::set_permissions(mnt.join("a/f1"), fs::Permissions::from_mode(0o604)).unwrap();
+    fs::set_permissions(mnt.join("a/f2"), fs::Permissions::from_mode(0o2755)).unwrap();
+    // many files in one directory
+    for i in 0..300 {
+        fs::write(mnt.join(format!("a/b/c/n{i:04}")), format!("file {i}\n")).unwrap();
+    }
+    // symlinks, hard links, a fifo
+    std::os::unix::fs::symlink("../a/f3", mnt.join("a/b/link")).unwrap();
+    std::os::unix::fs::symlink("/nowhere/at/all", mnt.join("dangling")).unwrap();
+    fs::hard_link(mnt.join("a/f4"), mnt.join("hard1")).unwrap();
+    fs::hard_link(mnt.join("a/f4"), mnt.join("a/b/hard2")).unwrap();
+    mkfifo(&mnt.join("fifo"), 0o640);
+    // xattrs
+    set_xattr(&mnt.join("a/f5"), "user.small", b"v").unwrap();
+    set_xattr(&mnt.join("a/f5"), "user.big", &pattern(3000, 9)).unwrap();
+    set_xattr(&mnt.join("a"), "user.dir", b"on a directory").unwrap();
+    set_xattr(&mnt.join("a/f6"), "user.empty", b"").unwrap();
+    // a big file written in odd-sized chunks, then partly overwritten
+    let big = pattern(8 << 20, 42);
+    {
+        let mut f = fs::File::create(mnt.join("big")).unwrap();
+        for chunk in big.chunks(123_457) {
+            f.write_all(chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    // rename and unlink
+    fs::write(mnt.join("gone"), b"x").unwrap();
+    fs::remove_file(mnt.join("gone")).unwrap();
+    fs::write(mnt.join("old-name"), b"renamed").unwrap();
+    fs::rename(mnt.join("old-name"), mnt.join("a/new-name")).unwrap();
+
+    let before = snapshot(&mnt);
+    assert_eq!(fs::read(mnt.join("big")).unwrap(), big);
+    assert_eq!(before[Path::new("hard1")].nlink, 3);
+    assert_eq!(
+        before[Path::new("a/b/hard2")].ino,
+        before[Path::new("a/f4")].ino
+    );
+    assert_eq!(before[Path::new("a/f5")].xattrs.len(), 2);
+    assert_eq!(
+        get_xattr(&mnt.join("a/f5"), "user.nope")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENODATA)
+    );
+    assert!(before.len() > 300);
+
+    m.unmount();
+    assert!(!is_mounted(&mnt));
+    assert_fsck_clean(&img);
+
+    let m = Mounted::new(&img, &mnt, "");
+    let after = snapshot(&mnt);
+    assert_eq!(before.len(), after.len());
+    for (path, node) in &before {
+        let other = after
+            .get(path)
+            .unwrap_or_else(|| panic!("{} missing after remount", path.display()));
+        assert!(
+            node == other,
+            "{} differs after remount: {}",
+            path.display(),
+            diff(node, other)
+        );
+    }
+    assert_eq!(fs::read(mnt.join("big")).unwrap(), big);
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn second_mount_is_refused() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "16M");
+    let m = Mounted::new(&img, &tmp.path().join("m1"), "");
+    let second = Mounted::try_new(&img, &tmp.path().join("m2"), "");
+    match second {
+        Ok(_) => panic!("second mount of the same image succeeded"),
+        Err(out) => {
+            assert!(!out.status.success());
+            let err = text(&out.stderr);
+            assert!(err.contains("in use"), "unexpected message: {err}");
+        }
+    }
+    assert!(!is_mounted(&tmp.path().join("m2")));
+    // fsck refuses too while mounted (operational error).
+    let (code, out) = fsck(&img);
+    assert_eq!(code, 8, "{out}");
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn unknown_option_mounts_nothing() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "16M");
+    fs::create_dir(&mnt).unwrap();
+    let out = moafs(&["mount", "-o", "rw,frobnicate=3", p(&img), p(&mnt)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("unknown mount option frobnicate=3"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!is_mounted(&mnt));
+    if is_mounted(&mnt) {
+        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    }
+    // The image was not touched: still clean, mount count 0.
+    let out = moafs(&["inspect", "--json", p(&img)]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).contains("\"mount_count\": 0"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn garbage_image_is_rejected_cleanly() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("garbage");
+    let mnt = tmp.path().join("mnt");
+    fs::write(&img, pattern(4 << 20, 7)).unwrap();
+    let r = Mounted::try_new(&img, &mnt, "");
+    let out = match r {
+        Ok(_) => panic!("mounting random bytes succeeded"),
+        Err(out) => out,
+    };
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("not a moafs image"),
+        "unexpected message: {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!is_mounted(&mnt));
+    // fsck and inspect: operational error, no panic.
+    let (code, out) = fsck(&img);
+    assert_eq!(code, 8, "{out}");
+    assert!(!out.contains("panicked"), "{out}");
+    let out = moafs(&["inspect", p(&img)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stderr).contains("panicked"));
+    // A file too small to hold a superblock.
+    fs::write(&img, b"tiny").unwrap();
+    let out = moafs(&["mount", p(&img), p(&mnt)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stderr).contains("panicked"));
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn long_names() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "16M");
+    let m = Mounted::new(&img, &mnt, "");
+    let ok = "n".repeat(255);
+    let bad = "n".repeat(256);
+    fs::write(mnt.join(&ok), b"255").unwrap();
+    assert_eq!(fs::read(mnt.join(&ok)).unwrap(), b"255");
+    let e = fs::write(mnt.join(&bad), b"256").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG), "{e}");
+    let e = fs::create_dir(mnt.join(&bad)).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG), "{e}");
+    let e = fs::rename(mnt.join(&ok), mnt.join(&bad)).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENAMETOOLONG), "{e}");
+    let e = fs::symlink_metadata(mnt.join(&bad)).unwrap_err();
+    assert!(
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ENAMETOOLONG) | Some(libc::ENOENT)
+        ),
+        "{e}"
+    );
+    let names: Vec<_> = fs::read_dir(&mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from(&ok)]);
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+/// Writes `len` bytes to a new file and syncs it; any error (at write, fsync or close) is
+/// returned.
+fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut f = fs::File::create(path)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    drop(f);
+    Ok(())
+}
+
+#[test]
+fn fill_until_enospc_then_reuse() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "8M");
+    let m = Mounted::new(&img, &mnt, "");
+    let chunk = pattern(256 << 10, 1);
+    let mut written = Vec::new();
+    let mut hit_enospc = false;
+    for i in 0..200 {
+        let path = mnt.join(format!("fill{i:03}"));
+        match write_file(&path, &chunk) {
+            Ok(()) => written.push(path),
+            Err(e) => {
+                assert_eq!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSPC),
+                    "unexpected error: {e}"
+                );
+                hit_enospc = true;
+                let _ = fs::remove_file(&path);
+                break;
+            }
+        }
+    }
+    assert!(hit_enospc, "8 MiB image never ran out of space");
+    assert!(written.len() >= 10, "only {} files fit", written.len());
+    // What was written before ENOSPC is intact.
+    for path in &written {
+        assert_eq!(fs::read(path).unwrap(), chunk, "{}", path.display());
+    }
+    for path in &written {
+        fs::remove_file(path).unwrap();
+    }
+    // The space is back.
+    let again = pattern(2 << 20, 2);
+    write_file(&mnt.join("again"), &again).expect("write after freeing space");
+    for i in 0..8 {
+        write_file(&mnt.join(format!("more{i}")), &chunk).expect("write after freeing space");
+    }
+    assert_eq!(fs::read(mnt.join("again")).unwrap(), again);
+    m.unmount();
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &mnt, "");
+    assert_eq!(fs::read(mnt.join("again")).unwrap(), again);
+    m.unmount();
+}
+
+#[test]
+fn helper_names_and_mount_fuse_convention() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let prefix = tmp.path().join("prefix");
+    let out = moafs(&["install-helpers", "--prefix", p(&prefix)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sbin = prefix.join("sbin");
+    for name in [
+        "mkfs.moafs",
+        "fsck.moafs",
+        "mount.moafs",
+        "mount.fuse.moafs",
+    ] {
+        let target = fs::read_link(sbin.join(name)).unwrap();
+        assert_eq!(target, Path::new(BIN).canonicalize().unwrap(), "{name}");
+    }
+    let img = tmp.path().join("img");
+    // mkfs.moafs
+    let out = Command::new(sbin.join("mkfs.moafs"))
+        .args(["--size", "16M", p(&img)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // mount.fuse.moafs IMAGE DIR -o OPTS -n (mount(8) helper convention)
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let pidfile = tmp.path().join("mnt.pid");
+    let out = Command::new(sbin.join("mount.fuse.moafs"))
+        .args([
+            p(&img),
+            p(&mnt),
+            "-o",
+            &format!("rw,nosuid,nodev,relatime,pidfile={}", p(&pidfile)),
+            "-n",
+        ])
+        .output()
+        .unwrap();
+    let m = Mounted::after_mount(out, &mnt, &pidfile)
+        .unwrap_or_else(|out| panic!("{}", text(&out.stderr)));
+    fs::write(mnt.join("hello"), b"world").unwrap();
+    m.unmount();
+    // fsck.moafs -a (e2fsck style)
+    let out = Command::new(sbin.join("fsck.moafs"))
+        .args(["-a", p(&img)])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    // moafs IMAGE DIR -o OPTS (mount.fuse3's convention for -t fuse.moafs)
+    let out = Command::new(BIN)
+        .args([p(&img), p(&mnt), "-o", &format!("pidfile={}", p(&pidfile))])
+        .output()
+        .unwrap();
+    let m = Mounted::after_mount(out, &mnt, &pidfile)
+        .unwrap_or_else(|out| panic!("{}", text(&out.stderr)));
+    assert_eq!(fs::read(mnt.join("hello")).unwrap(), b"world");
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn sigterm_unmounts_and_flushes() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "16M");
+    // A long flush interval: only the unmount path writes the data back.
+    let m = Mounted::new(&img, &mnt, "flush_interval_ms=600000");
+    let data = pattern(1 << 20, 5);
+    fs::write(mnt.join("data"), &data).unwrap();
+    fs::create_dir(mnt.join("dir")).unwrap();
+    // SAFETY: kill has no memory-safety preconditions; the pid is our daemon's.
+    assert_eq!(unsafe { libc::kill(m.pid, libc::SIGTERM) }, 0);
+    assert!(
+        wait_gone(m.pid, Duration::from_secs(60)),
+        "daemon ignored SIGTERM"
+    );
+    assert!(!is_mounted(&mnt));
+    drop(m);
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &mnt, "ro");
+    assert_eq!(fs::read(mnt.join("data")).unwrap(), data);
+    assert!(mnt.join("dir").is_dir());
+    let e = fs::write(mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    m.unmount();
+}
+
+#[test]
+fn statfs_and_read_back_through_cache() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "32M");
+    let m = Mounted::new(&img, &mnt, "threads=4,cache_size=1M,attr_ttl_ms=0");
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%S %b %a %l", p(&mnt)])
+        .output()
+        .unwrap();
+    let s = text(&out.stdout);
+    let f: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert_eq!(f[0], 4096, "{s}");
+    assert!(f[1] > 7000 && f[2] > 7000, "{s}");
+    assert_eq!(f[3], 255, "{s}");
+    // Larger than the engine cache: data must come back from the device.
+    let data = pattern(5 << 20, 11);
+    write_file(&mnt.join("x"), &data).unwrap();
+    let mut back = Vec::new();
+    fs::File::open(mnt.join("x"))
+        .unwrap()
+        .read_to_end(&mut back)
+        .unwrap();
+    assert_eq!(back, data);
+    // O_TRUNC through open, then append.
+    fs::write(mnt.join("x"), b"short").unwrap();
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(mnt.join("x"))
+        .unwrap();
+    f.write_all(b"+tail").unwrap();
+    drop(f);
+    assert_eq!(fs::read(mnt.join("x")).unwrap(), b"short+tail");
+    // Negative lookups do not hide later creations.
+    assert!(fs::metadata(mnt.join("later")).is_err());
+    fs::write(mnt.join("later"), b"now").unwrap();
+    assert_eq!(fs::read(mnt.join("later")).unwrap(), b"now");
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn periodic_writeback_survives_a_crash() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "32M");
+    let m = Mounted::new(&img, &mnt, "flush_interval_ms=200");
+    let data = pattern(1_000_000, 3);
+    fs::write(mnt.join("f"), &data).unwrap();
+    fs::create_dir(mnt.join("d")).unwrap();
+    fs::write(mnt.join("d/x"), b"hi").unwrap();
+    // No fsync, no unmount: only the write-back timer can have written this.
+    sleep(Duration::from_millis(2500));
+    // SAFETY: kill has no memory-safety preconditions; the pid is our daemon's.
+    assert_eq!(unsafe { libc::kill(m.pid, libc::SIGKILL) }, 0);
+    assert!(wait_gone(m.pid, Duration::from_secs(10)));
+    drop(m); // detaches the dead mount
+    assert!(!is_mounted(&mnt));
+    let (code, out) = fsck(&img);
+    assert_eq!(code, 0, "fsck after a crash:\n{out}");
+    let m = Mounted::new(&img, &mnt, "");
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), data);
+    assert_eq!(fs::read(mnt.join("d/x")).unwrap(), b"hi");
+    m.unmount();
+    assert_fsck_clean(&img);
+}

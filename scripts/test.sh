@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Every test: formatting, lints, unit + property + real-FUSE-mount tests, pjdfstest, fsx.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+echo "== cargo fmt --check"; cargo fmt --all -- --check
+echo "== cargo clippy"; cargo clippy --workspace --all-targets --release --quiet -- -D warnings
+echo "== cargo test (unit, property, real FUSE mounts)"
+cargo test --workspace --release 2>&1 | tee /tmp/moafs-cargo-test.log
+echo "== pjdfstest and fsx on a real mount"
+scripts/posix-tests.sh
