@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue-2 benchmark (not a test): Postmark FSL and 1 GiB sequential write/read on moafs (FUSE)
+# vs fuse2fs vs kernel ext4 on a loop device; all images in /dev/shm, same size, same run.
+# Usage: REPS=3 scripts/bench-foundation.sh   (prints a table; cleans up mounts and loops)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+MOAFS=${MOAFS:-$PWD/target/release/moafs}
+REPS=${REPS:-3}
+SIZE=${SIZE:-4G}
+TARGETS=${TARGETS:-"moafs ext4 fuse2fs"}
+PM_TX=${PM_TX:-200000}
+work=$(mktemp -d /dev/shm/moafs-bench.XXXXXX)
+mnt=$work/mnt; img=$work/img; mkdir -p "$mnt"
+loop=""; pid=""
+teardown() {
+  if mountpoint -q "$mnt"; then
+    if [ -n "$loop" ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid" || true; fi
+  fi
+  [ -n "$pid" ] && { for _ in $(seq 1 600); do alive "$pid" || break; sleep 0.1; done; }
+  [ -n "$loop" ] && losetup -d "$loop"
+  loop=""; pid=""; rm -f "$img"
+}
+trap 'teardown; rm -rf "$work"' EXIT
+
+setup_target() {
+  truncate -s "$SIZE" "$img"
+  case $1 in
+    moafs) "$MOAFS" mkfs "$img" >/dev/null
+           "$MOAFS" mount -o "pidfile=$work/pid" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
+    ext4)  mkfs.ext4 -q -F "$img"; loop=$(losetup -f --show "$img"); mount "$loop" "$mnt" ;;
+    fuse2fs) mkfs.ext4 -q -F "$img"; fuse2fs -f "$img" "$mnt" -o rw >/dev/null 2>&1 & pid=$!
+           for _ in $(seq 1 100); do mountpoint -q "$mnt" && break; sleep 0.1; done ;;
+  esac
+}
+
+# seconds of wall time for one command
+secs() { local s e; s=$(date +%s.%N); "$@" >/dev/null; e=$(date +%s.%N); echo "$e - $s" | bc; }
+
+postmark_once() {
+  cat > "$work/pm.cfg" <<PM
+set location $mnt
+set number 20000
+set subdirectories 200
+set size 512 10240
+set read 4096
+set write 4096
+set buffering false
+set transactions $PM_TX
+set seed 42
+run
+quit
+PM
+  secs postmark "$work/pm.cfg"
+}
+seqw() { secs dd if=/dev/zero of="$mnt/big" bs=1M count=1024 conv=fsync status=none; }
+seqr() { sync; echo 3 > /proc/sys/vm/drop_caches; secs dd if="$mnt/big" of=/dev/null bs=1M status=none; }
+
+stats() { # mean min max of the numbers on stdin
+  awk '{s+=$1; if(min==""||$1<min)min=$1; if($1>max)max=$1; n++} END{printf "%.2f %.2f %.2f %d", s/n, min, max, n}'
+}
+
+declare -A PM SW SR MEM
+for t in $TARGETS; do
+  : > "$work/$t.pm"; : > "$work/$t.sw"; : > "$work/$t.sr"
+  for r in $(seq 1 "$REPS"); do
+    setup_target "$t"; postmark_once >> "$work/$t.pm"
+    if [ -n "$pid" ]; then awk '/VmHWM/{print $2}' "/proc/$pid/status" > "$work/$t.mem"; fi
+    teardown
+    setup_target "$t"; seqw >> "$work/$t.sw"; seqr >> "$work/$t.sr"; teardown
+    echo "  $t rep $r: postmark $(tail -1 "$work/$t.pm") s, seq write $(tail -1 "$work/$t.sw") s, seq read $(tail -1 "$work/$t.sr") s" >&2
+  done
+  PM[$t]=$(stats < "$work/$t.pm"); SW[$t]=$(stats < "$work/$t.sw"); SR[$t]=$(stats < "$work/$t.sr")
+  MEM[$t]=$(cat "$work/$t.mem" 2>/dev/null || echo -)
+done
+printf "\n| target | Postmark FSL s (mean min max n) | 1 GiB write s | 1 GiB read s | daemon peak RSS KiB |\n|---|---|---|---|---|\n"
+for t in $TARGETS; do printf "| %s | %s | %s | %s | %s |\n" "$t" "${PM[$t]}" "${SW[$t]}" "${SR[$t]}" "${MEM[$t]}"; done
