@@ -205,8 +205,12 @@ impl MoafsFuse {
 
 impl Filesystem for MoafsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // HANDLE_KILLPRIV is deliberately not requested: the kernel clears suid/sgid itself.
+        // HANDLE_KILLPRIV_V2: moafs clears suid/sgid itself (on chown, on truncate and write by
+        // unprivileged callers, as the kernel flags them); in return the kernel sets SB_NOSEC
+        // and stops asking getxattr("security.capability") before every write.
+        // No ATOMIC_O_TRUNC: open is answered with ENOSYS (NO_OPEN), so the VFS truncates.
         let wanted = [
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_MAX_PAGES,
@@ -215,7 +219,6 @@ impl Filesystem for MoafsFuse {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_ASYNC_DIO,
         ];
         for flag in wanted {
@@ -270,7 +273,7 @@ impl Filesystem for MoafsFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -294,6 +297,9 @@ impl Filesystem for MoafsFuse {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(from_system_time),
+            // HANDLE_KILLPRIV_V2: chown always drops suid/sgid; truncation by an unprivileged
+            // caller does too (fuser does not pass FATTR_KILL_SUIDGID, so decide by uid).
+            kill_suid: uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0),
         };
         match self.fs.setattr(ino.0, &set) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
@@ -406,25 +412,11 @@ impl Filesystem for MoafsFuse {
         self.entry(reply, res);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if let Err(e) = self.fs.open(ino.0) {
-            return reply.error(errno(&e));
-        }
-        if flags.0 & libc::O_TRUNC != 0 {
-            // ATOMIC_O_TRUNC: the kernel leaves truncation to us.
-            let set = SetAttr {
-                size: Some(0),
-                ..SetAttr::default()
-            };
-            if let Err(e) = self.fs.setattr(ino.0, &set) {
-                if let Err(e2) = self.fs.release(ino.0) {
-                    log::error!("release of inode {} after a failed open: {e2}", ino.0);
-                }
-                return reply.error(errno(&e));
-            }
-        }
-        // We are the only writer: pages cached by the kernel stay valid across opens.
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // NO_OPEN: moafs needs no file handles (the kernel's lookup reference keeps an unlinked
+        // file alive while it is open), so ENOSYS makes the kernel skip OPEN and RELEASE from
+        // now on, and keep cached pages across opens.
+        reply.error(Errno::ENOSYS);
     }
 
     fn read(
@@ -451,11 +443,16 @@ impl Filesystem for MoafsFuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            if let Err(e) = self.fs.kill_suid(ino.0) {
+                return reply.error(errno(&e));
+            }
+        }
         match self.fs.write(ino.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
@@ -486,7 +483,9 @@ impl Filesystem for MoafsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.fs.release(ino.0));
+        // Files come from CREATE (open is ENOSYS): nothing was counted, nothing to release.
+        let _ = ino;
+        reply.ok();
     }
 
     fn fsync(
@@ -696,14 +695,6 @@ impl Filesystem for MoafsFuse {
         {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
-        };
-        let attr = match self.fs.open(attr.ino) {
-            Ok(a) => a,
-            Err(e) => {
-                // Drop the lookup reference the create took: the kernel never saw the entry.
-                self.fs.forget(attr.ino, 1);
-                return reply.error(errno(&e));
-            }
         };
         reply.created(
             &self.ttl,

@@ -250,6 +250,10 @@ impl Fs {
         g.last_commit = Instant::now();
         Ok(false)
     }
+    /// Clears set-user-ID (and set-group-ID if group-executable) of a regular file.
+    pub fn kill_suid(&self, ino: Ino) -> FsResult<()> {
+        self.lock().kill_suid(ino)
+    }
     pub fn statfs(&self) -> StatFs {
         self.lock().statfs()
     }

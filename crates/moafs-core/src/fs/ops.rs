@@ -12,6 +12,18 @@ use crate::format::{DirBlock, DiskInode, XattrBlock, NAME_MAX, SYMLINK_MAX};
 /// Most hard links to one inode.
 const LINK_MAX: u32 = 65000;
 
+/// `mode` without set-user-ID, and without set-group-ID if group-executable (regular files).
+fn killed_suid(mode: u32) -> u32 {
+    if mode & libc::S_IFMT != libc::S_IFREG {
+        return mode;
+    }
+    let mut m = mode & !libc::S_ISUID;
+    if m & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        m &= !libc::S_ISGID;
+    }
+    m
+}
+
 fn check_name(name: &[u8]) -> FsResult<()> {
     if name.len() > NAME_MAX {
         return Err(FsError::NameTooLong);
@@ -502,6 +514,9 @@ impl Inner {
         if let Some(gid) = set.gid {
             node.d.gid = gid;
         }
+        if set.kill_suid && set.mode.is_none() {
+            node.d.mode = killed_suid(node.d.mode);
+        }
         let t = |x: TimeOrNow| match x {
             TimeOrNow::Now => now.pair(),
             TimeOrNow::At(ts) => ts.pair(),
@@ -516,6 +531,18 @@ impl Inner {
         node.dirty = true;
         self.after_dirtying()?;
         self.attr(ino)
+    }
+
+    /// A write by an unprivileged caller drops set-user-ID/set-group-ID (HANDLE_KILLPRIV_V2).
+    pub(crate) fn kill_suid(&mut self, ino: u64) -> FsResult<()> {
+        let node = self.inode(ino)?;
+        let m = killed_suid(node.d.mode);
+        if m != node.d.mode {
+            node.d.mode = m;
+            node.d.ctime = Timespec::now().pair();
+            node.dirty = true;
+        }
+        Ok(())
     }
 
     pub(crate) fn statfs(&mut self) -> StatFs {

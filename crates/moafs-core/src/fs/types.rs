@@ -131,6 +131,9 @@ pub struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub ctime: Option<Timespec>,
+    /// Clear set-user-ID, and set-group-ID if group-executable, on a regular file (what chown
+    /// and an unprivileged truncate do; the FUSE adapter sets it under HANDLE_KILLPRIV_V2).
+    pub kill_suid: bool,
 }
 
 /// Who asks: new inodes take their owner from here.
