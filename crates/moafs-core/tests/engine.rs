@@ -344,3 +344,102 @@ fn many_entries_in_one_directory() {
     }
     assert_eq!(n, 20_002);
 }
+
+#[test]
+fn sparse_file_beyond_one_tebibyte() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"huge", 0o644, ME).unwrap().ino;
+    let at = (1u64 << 40) + 12345; // 1 TiB: reached through the triple-indirect block
+    fs.write(f, at, b"far away").unwrap();
+    fs.write(f, 0, b"near").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    assert_eq!(fs.getattr(f).unwrap().size, at + 8);
+    assert_eq!(fs.read(f, at, 100).unwrap(), b"far away");
+    assert_eq!(fs.read(f, at - 4, 4).unwrap(), vec![0u8; 4]);
+    assert_eq!(fs.read(f, 0, 4).unwrap(), b"near");
+    // beyond the largest file the block map can address: EFBIG, not a panic
+    assert!(matches!(
+        fs.write(f, u64::MAX - 10, b"x"),
+        Err(FsError::FileTooBig)
+    ));
+    assert!(matches!(
+        fs.write(f, 5 << 40, b"x"),
+        Err(FsError::FileTooBig)
+    ));
+    fs.setattr(
+        f,
+        &SetAttr {
+            size: Some(10),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}
+
+#[test]
+fn sixteen_kib_blocks() {
+    use moafs_core::mkfs::{mkfs, MkfsOptions};
+    let dev = std::sync::Arc::new(moafs_core::device::MemDevice::new(64 << 20));
+    let opts = MkfsOptions {
+        block_size: 16384,
+        groups: Some(5),
+        ..Default::default()
+    };
+    mkfs(dev.as_ref(), &opts).unwrap();
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
+    {
+        let fs = mount(&dev);
+        assert_eq!(fs.geometry().block_size, 16384);
+        assert_eq!(fs.geometry().group_count, 5);
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
+        let f = fs.create(d, b"f", 0o644, ME).unwrap().ino;
+        fs.write(f, 0, &data).unwrap();
+        fs.unmount().unwrap();
+    }
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    let d = fs.lookup(ROOT_INO, b"d").unwrap().ino;
+    let f = fs.lookup(d, b"f").unwrap().ino;
+    assert_eq!(fs.read(f, 0, 2_000_000).unwrap(), data);
+}
+
+#[test]
+fn geometry_limits() {
+    use moafs_core::mkfs::{plan, MkfsOptions};
+    let four = MkfsOptions::default();
+    let g = plan(16 << 40, &four).expect("16 TiB with 4 KiB blocks");
+    assert_eq!(g.total_blocks, 1 << 32);
+    assert!(
+        plan((16 << 40) + 4096, &four).is_err(),
+        "more than 2^32 blocks is refused"
+    );
+    let sixteen = MkfsOptions {
+        block_size: 16384,
+        ..Default::default()
+    };
+    assert_eq!(plan(64 << 40, &sixteen).unwrap().total_blocks, 1 << 32);
+    assert!(plan(512 << 10, &four).is_err(), "too small");
+    assert!(plan(
+        1 << 30,
+        &MkfsOptions {
+            block_size: 8192,
+            ..Default::default()
+        }
+    )
+    .is_err());
+    assert!(plan(
+        1 << 30,
+        &MkfsOptions {
+            groups: Some(0),
+            ..Default::default()
+        }
+    )
+    .is_err());
+}

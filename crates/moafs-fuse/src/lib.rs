@@ -46,6 +46,10 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Source shown in /proc/mounts (e.g. `moafs:/path/to/image`).
     pub fsname: String,
+    /// Readahead of the mount in KiB (0: kernel default).
+    pub read_ahead_kb: u32,
+    /// Share of dirty memory the mount may hold, in percent (0: kernel default, 1 % for FUSE).
+    pub bdi_max_ratio: u32,
 }
 
 impl Default for MountConfig {
@@ -59,6 +63,8 @@ impl Default for MountConfig {
             attr_ttl: Duration::from_secs(60),
             read_only: false,
             fsname: "moafs".to_string(),
+            read_ahead_kb: 1024,
+            bdi_max_ratio: 20,
         }
     }
 }
@@ -892,6 +898,33 @@ pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
 /// Call it before spawning other threads if signals should reach the watcher: the signals are
 /// blocked in the calling thread (and so in every thread spawned from here) and restored on
 /// return.
+/// Raises the FUSE connection's readahead and dirty-memory share (root only; best effort).
+/// The kernel's defaults for a FUSE bdi are 128 KiB readahead and 1 % of dirty memory, which
+/// split large sequential reads into small requests and throttle buffered writers early.
+fn tune_bdi(mountpoint: &Path, cfg: &MountConfig) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let bdi = format!(
+        "/sys/class/bdi/{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    for (file, value) in [
+        ("read_ahead_kb", cfg.read_ahead_kb),
+        ("max_ratio", cfg.bdi_max_ratio),
+    ] {
+        if value == 0 {
+            continue;
+        }
+        if let Err(e) = std::fs::write(format!("{bdi}/{file}"), value.to_string()) {
+            log::info!("cannot set {bdi}/{file} to {value}: {e}");
+        }
+    }
+}
+
 pub fn mount_blocking(
     fs: Arc<Fs>,
     mountpoint: &Path,
@@ -906,6 +939,14 @@ pub fn mount_blocking(
     let mountpoint = mountpoint.canonicalize()?;
     let adapter = MoafsFuse::new(fs.clone(), cfg);
     let mut session = Session::new(adapter, &mountpoint, &fuser_config(cfg))?;
+    // stat() of the mount point is served by this very session: do it from a thread, once
+    // `session.run()` below is answering requests (doing it here would deadlock).
+    {
+        let (mp, cfg) = (mountpoint.clone(), cfg.clone());
+        std::thread::Builder::new()
+            .name("moafs-bdi".into())
+            .spawn(move || tune_bdi(&mp, &cfg))?;
+    }
     let ticker = Ticker::start(fs.clone())?;
     let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;
     log::info!("mounted on {}", mountpoint.display());

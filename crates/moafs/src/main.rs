@@ -419,6 +419,7 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
                 p.fuse.threads = n as usize;
             }
             "attr_ttl_ms" => p.fuse.attr_ttl = Duration::from_millis(num(k, v)?),
+            "read_ahead_kb" => p.fuse.read_ahead_kb = num(k, v)?.min(u32::MAX as u64) as u32,
             "allow_other" if v.is_none() => p.fuse.allow_other = true,
             "default_permissions" if v.is_none() => p.fuse.default_permissions = true,
             "nodefault_permissions" if v.is_none() => p.fuse.default_permissions = false,

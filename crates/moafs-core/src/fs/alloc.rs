@@ -12,6 +12,10 @@ pub(crate) struct Group {
     pub bitmap: Vec<u8>,
     pub ibitmap: Vec<u8>,
     pub dirty: bool,
+    /// No free inode below this index (a search hint; lowered when an inode is freed).
+    pub inode_hint: u64,
+    /// No free block below this group-relative index (a search hint; lowered on free).
+    pub block_hint: u64,
 }
 
 pub(crate) fn bit(map: &[u8], i: u64) -> bool {
@@ -27,10 +31,19 @@ pub(crate) fn set_bit(map: &mut [u8], i: u64, v: bool) {
     }
 }
 
-/// First clear bit in `[from, to)`, skipping full bytes quickly.
+/// First clear bit in `[from, to)`, skipping full 64-bit words and full bytes quickly.
 pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
     let mut i = from;
     while i < to {
+        if i.is_multiple_of(64) && i + 64 <= to {
+            let at = (i / 8) as usize;
+            let word = u64::from_le_bytes(map[at..at + 8].try_into().unwrap_or([0; 8]));
+            if word == u64::MAX {
+                i += 64;
+                continue;
+            }
+            return Some(i + word.trailing_ones() as u64);
+        }
         if i.is_multiple_of(8) && map[(i / 8) as usize] == 0xff {
             i += 8;
             continue;
@@ -91,7 +104,11 @@ impl Allocator {
         let len = self.geo.group_len(g) as u64;
         let meta = self.geo.meta_blocks() as u64;
         let grp = &mut self.groups[g as usize];
-        let first = find_clear(&grp.bitmap, from.max(meta), len)?;
+        // Below the hint every block is in use, so searching from there finds the same block.
+        let first = find_clear(&grp.bitmap, from.max(meta).max(grp.block_hint), len)?;
+        if from <= grp.block_hint {
+            grp.block_hint = first;
+        }
         let mut n = 0;
         while n < want && first + n < len && !bit(&grp.bitmap, first + n) {
             set_bit(&mut grp.bitmap, first + n, true);
@@ -123,6 +140,7 @@ impl Allocator {
                 let i = b - geo.group_start(g);
                 if bit(&grp.bitmap, i) {
                     set_bit(&mut grp.bitmap, i, false);
+                    grp.block_hint = grp.block_hint.min(i);
                     grp.hdr.free_blocks += 1;
                     grp.dirty = true;
                 } else {
@@ -136,6 +154,7 @@ impl Allocator {
             let grp = &mut self.groups[g as usize];
             if bit(&grp.ibitmap, i) {
                 set_bit(&mut grp.ibitmap, i, false);
+                grp.inode_hint = grp.inode_hint.min(i);
                 grp.hdr.free_inodes += 1;
                 grp.dirty = true;
             }
@@ -151,7 +170,8 @@ impl Allocator {
             if grp.hdr.free_inodes == 0 {
                 continue;
             }
-            if let Some(i) = find_clear(&grp.ibitmap, 0, geo.inodes_per_group as u64) {
+            if let Some(i) = find_clear(&grp.ibitmap, grp.inode_hint, geo.inodes_per_group as u64) {
+                grp.inode_hint = i + 1;
                 set_bit(&mut grp.ibitmap, i, true);
                 grp.hdr.free_inodes -= 1;
                 if is_dir {

@@ -267,7 +267,7 @@ impl Inner {
 
     fn write_inodes(&mut self) -> FsResult<()> {
         let geo = self.alloc.geo;
-        let mut slots: Vec<(u64, DiskInode)> = std::mem::take(&mut self.dead);
+        let mut slots: Vec<(u64, DiskInode)> = std::mem::take(&mut self.dead).into_iter().collect();
         for (ino, node) in self.inodes.iter_mut() {
             if node.dirty {
                 node.dirty = false;

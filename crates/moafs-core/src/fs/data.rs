@@ -247,6 +247,16 @@ impl Inner {
                 j += 1;
             }
             let n = (j - i) as u64;
+            let run_start = misses[i].0 * bs;
+            let run_end = misses[j - 1].0 * bs + bs;
+            if offset <= run_start && run_end <= end {
+                // Whole blocks inside the request: read straight into the reply buffer.
+                let dst = &mut out[(run_start - offset) as usize..(run_end - offset) as usize];
+                self.read_block(misses[i].1, dst)?;
+                self.counters.data_blocks_read += n;
+                i = j;
+                continue;
+            }
             let mut buf = vec![0u8; (n * bs) as usize];
             self.read_block(misses[i].1, &mut buf)?;
             self.counters.data_blocks_read += n;

@@ -23,6 +23,8 @@ pub(crate) struct DBlk {
     pub names: Vec<Vec<u8>>,
     pub used: usize,
     pub dirty: bool,
+    /// Listed in `Dir::holes`.
+    pub in_holes: bool,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +68,7 @@ impl Dir {
                 );
             }
             if blk.used < capacity / 2 {
+                blk.in_holes = true;
                 d.holes.push(bi as u32);
             }
             d.blocks.push(blk);
@@ -113,6 +116,7 @@ impl Dir {
                 return h;
             }
             self.holes.pop();
+            self.blocks[h as usize].in_holes = false;
         }
         self.blocks.push(DBlk::default());
         self.blocks.len() as u32 - 1
@@ -127,7 +131,8 @@ impl Dir {
         }
         b.used -= DIR_ENTRY_FIXED + name.len();
         b.dirty = true;
-        if !self.holes.contains(&e.blk) {
+        if !b.in_holes {
+            b.in_holes = true;
             self.holes.push(e.blk);
         }
         Some(e)

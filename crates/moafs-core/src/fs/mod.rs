@@ -36,7 +36,7 @@ pub(crate) struct Inner {
     pub itable: HashMap<u64, Vec<u8>>,
     pub ind: HashMap<u64, IndBlock>,
     /// Freed inode slots to write (zeroed, generation kept) at the next commit.
-    pub dead: Vec<(u64, crate::format::DiskInode)>,
+    pub dead: HashMap<u64, crate::format::DiskInode>,
     /// Data blocks promised to dirty blocks that have no disk address yet.
     pub reserved: u64,
     pub cached_blocks: u64,
@@ -84,7 +84,7 @@ impl Fs {
             inodes: HashMap::new(),
             itable: HashMap::new(),
             ind: HashMap::new(),
-            dead: Vec::new(),
+            dead: HashMap::new(),
             reserved: 0,
             cached_blocks: 0,
             dirty_blocks: 0,
@@ -364,6 +364,8 @@ fn load_groups(dev: &dyn BlockDevice, geo: &Geometry) -> FsResult<Vec<Group>> {
             bitmap,
             ibitmap,
             dirty: false,
+            inode_hint: 0,
+            block_hint: 0,
         });
     }
     Ok(groups)

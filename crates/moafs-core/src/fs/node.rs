@@ -94,7 +94,7 @@ impl Inner {
     /// Loads inode `ino` into memory (if needed) and returns it.
     pub(crate) fn inode(&mut self, ino: u64) -> FsResult<&mut Inode> {
         if !self.inodes.contains_key(&ino) {
-            if !self.alloc.geo.valid_ino(ino) || self.dead.iter().any(|(i, _)| *i == ino) {
+            if !self.alloc.geo.valid_ino(ino) || self.dead.contains_key(&ino) {
                 return Err(FsError::Stale { ino });
             }
             let d = self.read_disk_inode(ino)?;

@@ -308,12 +308,13 @@ impl Inner {
         let generation = self.inode(ino)?.d.generation;
         self.inodes.remove(&ino);
         // The zeroed slot (keeping the generation) is written at the next commit.
-        let mut dead = Inode::new(DiskInode {
-            generation,
-            ..Default::default()
-        });
-        dead.dirty = true;
-        self.dead.push((ino, dead.d.clone()));
+        self.dead.insert(
+            ino,
+            DiskInode {
+                generation,
+                ..Default::default()
+            },
+        );
         self.alloc.pending_inodes.push(ino);
         Ok(())
     }
