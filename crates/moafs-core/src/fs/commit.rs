@@ -65,7 +65,12 @@ impl Inner {
         self.write_superblocks()?;
         self.dev.flush()?;
         self.counters.commits += 1;
-        self.alloc.release_pending();
+        {
+            // No read planned before this commit may still be reading blocks about to be freed.
+            let gate = self.io_gate.clone();
+            let _exclusive = gate.write().unwrap_or_else(|e| e.into_inner());
+            self.alloc.release_pending();
+        }
         self.write_groups()?;
         self.last_commit = Instant::now();
         self.evict();

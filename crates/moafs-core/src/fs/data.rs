@@ -7,6 +7,7 @@
 
 use super::node::{max_file_blocks, CBlock};
 use super::{Inner, Timespec};
+use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 
 impl Inner {
@@ -190,7 +191,15 @@ impl Inner {
         }
     }
 
+    /// Reads under the engine lock (used for symlink targets and by tests).
     pub(crate) fn read(&mut self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let mut plan = self.read_plan(ino, offset, size)?;
+        read_runs(self.dev.as_ref(), self.bs() as u64, &mut plan)?;
+        Ok(plan.out)
+    }
+
+    /// Copies what the cache holds and lists the blocks that must come from the device.
+    pub(crate) fn read_plan(&mut self, ino: u64, offset: u64, size: u32) -> FsResult<ReadPlan> {
         let bs = self.bs() as u64;
         let node = self.inode(ino)?;
         if node.is_dir() {
@@ -198,13 +207,17 @@ impl Inner {
         }
         let fsize = node.d.size;
         if offset >= fsize || size == 0 {
-            return Ok(Vec::new());
+            return Ok(ReadPlan {
+                out: Vec::new(),
+                misses: Vec::new(),
+                offset,
+                end: offset,
+            });
         }
         let end = fsize.min(offset + size as u64);
         let first = offset / bs;
         let last = (end - 1) / bs;
         let mut out = vec![0u8; (end - offset) as usize];
-        // (logical index, physical block) of blocks to fetch from the device.
         let mut misses: Vec<(u64, u64)> = Vec::new();
         for idx in first..=last {
             let bstart = idx * bs;
@@ -224,52 +237,13 @@ impl Inner {
                 misses.push((idx, phys));
             }
         }
-        self.read_runs(&misses, offset, end, &mut out)?;
-        Ok(out)
-    }
-
-    /// Reads the missing blocks, one device request per physically contiguous run.
-    fn read_runs(
-        &mut self,
-        misses: &[(u64, u64)],
-        offset: u64,
-        end: u64,
-        out: &mut [u8],
-    ) -> FsResult<()> {
-        let bs = self.bs() as u64;
-        let mut i = 0;
-        while i < misses.len() {
-            let mut j = i + 1;
-            while j < misses.len()
-                && misses[j].1 == misses[j - 1].1 + 1
-                && misses[j].0 == misses[j - 1].0 + 1
-            {
-                j += 1;
-            }
-            let n = (j - i) as u64;
-            let run_start = misses[i].0 * bs;
-            let run_end = misses[j - 1].0 * bs + bs;
-            if offset <= run_start && run_end <= end {
-                // Whole blocks inside the request: read straight into the reply buffer.
-                let dst = &mut out[(run_start - offset) as usize..(run_end - offset) as usize];
-                self.read_block(misses[i].1, dst)?;
-                self.counters.data_blocks_read += n;
-                i = j;
-                continue;
-            }
-            let mut buf = vec![0u8; (n * bs) as usize];
-            self.read_block(misses[i].1, &mut buf)?;
-            self.counters.data_blocks_read += n;
-            for (k, (idx, _)) in misses[i..j].iter().enumerate() {
-                let bstart = idx * bs;
-                let lo = offset.max(bstart);
-                let hi = end.min(bstart + bs);
-                let src = &buf[k * bs as usize..][(lo - bstart) as usize..(hi - bstart) as usize];
-                out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
-            }
-            i = j;
-        }
-        Ok(())
+        self.counters.data_blocks_read += misses.len() as u64;
+        Ok(ReadPlan {
+            out,
+            misses,
+            offset,
+            end,
+        })
     }
 
     /// Drops cached blocks at index >= `from`, returning their reservations.
@@ -393,4 +367,49 @@ impl Inner {
         node.dirty = true;
         self.after_dirtying()
     }
+}
+
+/// A read in progress: the reply buffer (cached parts filled in) and the blocks still to fetch.
+pub(crate) struct ReadPlan {
+    pub out: Vec<u8>,
+    /// (logical index, physical block), in logical order.
+    pub misses: Vec<(u64, u64)>,
+    pub offset: u64,
+    pub end: u64,
+}
+
+/// Reads the missing blocks of `plan`, one device request per physically contiguous run.
+/// Needs no engine state, so `Fs::read` runs it outside the engine lock (see `io_gate`).
+pub(crate) fn read_runs(dev: &dyn BlockDevice, bs: u64, plan: &mut ReadPlan) -> FsResult<()> {
+    let (misses, offset, end) = (&plan.misses, plan.offset, plan.end);
+    let out = &mut plan.out;
+    let mut i = 0;
+    while i < misses.len() {
+        let mut j = i + 1;
+        while j < misses.len()
+            && misses[j].1 == misses[j - 1].1 + 1
+            && misses[j].0 == misses[j - 1].0 + 1
+        {
+            j += 1;
+        }
+        let run_start = misses[i].0 * bs;
+        let run_end = misses[j - 1].0 * bs + bs;
+        if offset <= run_start && run_end <= end {
+            // Whole blocks inside the request: read straight into the reply buffer.
+            let dst = &mut out[(run_start - offset) as usize..(run_end - offset) as usize];
+            dev.read_at(misses[i].1 * bs, dst)?;
+        } else {
+            let mut buf = vec![0u8; (run_end - run_start) as usize];
+            dev.read_at(misses[i].1 * bs, &mut buf)?;
+            for (k, (idx, _)) in misses[i..j].iter().enumerate() {
+                let bstart = idx * bs;
+                let lo = offset.max(bstart);
+                let hi = end.min(bstart + bs);
+                let src = &buf[k * bs as usize..][(lo - bstart) as usize..(hi - bstart) as usize];
+                out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
+            }
+        }
+        i = j;
+    }
+    Ok(())
 }

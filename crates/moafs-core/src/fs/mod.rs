@@ -5,9 +5,11 @@
 //! at write-back (`commit`), which chooses disk addresses only then (delayed allocation) and
 //! writes each file's dirty blocks in physically contiguous, vectored runs.
 //!
-//! Lock order: `Fs::inner` is the only lock of the engine; device implementations have their own
-//! internal locks, always taken inside it. Write-back performs I/O while holding the lock: a
-//! simple, correct first version on a 2-core target; finer locking is future work.
+//! Lock order: `Fs::inner` (the engine lock), then `Inner::io_gate` (a reader/writer gate that
+//! lets device reads of `Fs::read` run outside the engine lock while no commit can make their
+//! blocks reusable); device implementations have their own internal locks, taken last.
+//! Write-back performs I/O while holding the engine lock: a simple, correct first version on a
+//! 2-core target; finer locking is future work.
 
 mod alloc;
 mod commit;
@@ -25,7 +27,7 @@ use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, 
 use alloc::{Allocator, Group};
 use node::{IndBlock, Inode};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 pub(crate) struct Inner {
@@ -48,6 +50,9 @@ pub(crate) struct Inner {
     /// A write-back failed: the file system refuses further changes (read-only) until remount.
     pub failed: bool,
     pub unmounted: bool,
+    /// Reads that run outside the engine lock hold this shared; making freed blocks reusable
+    /// takes it exclusively. Lock order: `Fs::inner`, then `io_gate`.
+    pub io_gate: Arc<RwLock<()>>,
 }
 
 /// A mounted moafs.
@@ -94,6 +99,7 @@ impl Fs {
             last_commit: Instant::now(),
             failed: false,
             unmounted: false,
+            io_gate: Arc::new(RwLock::new(())),
         };
         if inner.sb.state != STATE_CLEAN {
             log::warn!("file system was not cleanly unmounted; run `moafs fsck` to check it");
@@ -217,8 +223,21 @@ impl Fs {
         }
         g.maybe_reap(ino)
     }
+    /// Reads; the device I/O happens outside the engine lock, so reads run in parallel.
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        self.lock().read(ino, offset, size)
+        let mut g = self.lock();
+        let mut plan = g.read_plan(ino, offset, size)?;
+        if plan.misses.is_empty() {
+            return Ok(plan.out);
+        }
+        // Taken before the engine lock is released: no commit can make the planned blocks
+        // reusable (`release_pending` waits for the gate) until the reads below are done.
+        let gate = g.io_gate.clone();
+        let _shared = gate.read().unwrap_or_else(|e| e.into_inner());
+        let (dev, bs) = (g.dev.clone(), g.bs() as u64);
+        drop(g);
+        data::read_runs(dev.as_ref(), bs, &mut plan)?;
+        Ok(plan.out)
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.lock().write(ino, offset, data)
