@@ -223,17 +223,8 @@ impl Inner {
             return Err(FsError::invalid("not a symlink"));
         }
         let size = node.d.size;
-        self.read_inner_bytes(ino, size)
-    }
-
-    fn read_inner_bytes(&mut self, ino: u64, size: u64) -> FsResult<Vec<u8>> {
-        // Symlinks are stored like regular file data; read through the data path.
-        let mode = self.inode(ino)?.d.mode;
-        let node = self.inode(ino)?;
-        node.d.mode = libc::S_IFREG | (mode & 0o7777);
-        let r = self.read(ino, 0, size as u32);
-        self.inode(ino)?.d.mode = mode;
-        r
+        // The target is stored as the link's file data: the data path reads it as it is.
+        self.read(ino, 0, size as u32)
     }
 
     /// unlink (`want_dir` false) or rmdir (true).
