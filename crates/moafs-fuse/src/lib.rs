@@ -19,8 +19,10 @@ use moafs_core::fs::{
 };
 use moafs_core::{Fs, FsError};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use poll::{Activity, Poller};
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
@@ -28,6 +30,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub mod poll;
 
 /// How to mount (FUSE side; the engine's own options are `moafs_core::fs::MountOptions`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +54,9 @@ pub struct MountConfig {
     pub read_ahead_kb: u32,
     /// Share of dirty memory the mount may hold, in percent (0: kernel default, 1 % for FUSE).
     pub bdi_max_ratio: u32,
+    /// Poll the FUSE device while requests keep coming, until this long without one
+    /// (`poll_ms=`; zero: always sleep in `read()`). See [`poll`].
+    pub poll_window: Duration,
 }
 
 impl Default for MountConfig {
@@ -65,6 +72,7 @@ impl Default for MountConfig {
             fsname: "moafs".to_string(),
             read_ahead_kb: 1024,
             bdi_max_ratio: 20,
+            poll_window: Duration::from_millis(5),
         }
     }
 }
@@ -73,6 +81,7 @@ impl Default for MountConfig {
 pub struct MoafsFuse {
     fs: Arc<Fs>,
     ttl: Duration,
+    activity: Arc<Activity>,
 }
 
 impl MoafsFuse {
@@ -80,12 +89,18 @@ impl MoafsFuse {
         MoafsFuse {
             fs,
             ttl: cfg.attr_ttl,
+            activity: Arc::new(Activity::default()),
         }
     }
 
     /// The engine this adapter serves.
     pub fn fs(&self) -> &Arc<Fs> {
         &self.fs
+    }
+
+    /// The request counter that drives polling.
+    pub fn activity(&self) -> &Arc<Activity> {
+        &self.activity
     }
 }
 
@@ -248,6 +263,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.activity.note();
         match self.fs.lookup(parent.0, name.as_bytes()) {
             Ok(a) => reply.entry(
                 &self.ttl,
@@ -265,12 +281,14 @@ impl Filesystem for MoafsFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.activity.note();
         self.fs.forget(ino.0, nlookup);
     }
 
     // batch_forget: fuser's default calls `forget` for each node (its `ForgetOne` is private).
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.activity.note();
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -295,6 +313,7 @@ impl Filesystem for MoafsFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.activity.note();
         let set = SetAttr {
             mode,
             uid,
@@ -314,6 +333,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.activity.note();
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
@@ -330,6 +350,7 @@ impl Filesystem for MoafsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.activity.note();
         let res = self
             .fs
             .mknod(parent.0, name.as_bytes(), mode, rdev, caller(req));
@@ -345,6 +366,7 @@ impl Filesystem for MoafsFuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        self.activity.note();
         let res = self
             .fs
             .mkdir(parent.0, name.as_bytes(), mode & 0o7777, caller(req));
@@ -352,10 +374,12 @@ impl Filesystem for MoafsFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.activity.note();
         Self::empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.activity.note();
         Self::empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -367,6 +391,7 @@ impl Filesystem for MoafsFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.activity.note();
         let res = self.fs.symlink(
             parent.0,
             link_name.as_bytes(),
@@ -386,6 +411,7 @@ impl Filesystem for MoafsFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         let bits = flags.bits();
         if bits & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
             return reply.error(Errno::EINVAL);
@@ -414,11 +440,13 @@ impl Filesystem for MoafsFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.activity.note();
         let res = self.fs.link(ino.0, newparent.0, newname.as_bytes());
         self.entry(reply, res);
     }
 
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.activity.note();
         // NO_OPEN: moafs needs no file handles (the kernel's lookup reference keeps an unlinked
         // file alive while it is open), so ENOSYS makes the kernel skip OPEN and RELEASE from
         // now on, and keep cached pages across opens.
@@ -436,6 +464,7 @@ impl Filesystem for MoafsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.activity.note();
         match self.fs.read(ino.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
@@ -454,6 +483,7 @@ impl Filesystem for MoafsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.activity.note();
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             if let Err(e) = self.fs.kill_suid(ino.0) {
                 return reply.error(errno(&e));
@@ -473,6 +503,7 @@ impl Filesystem for MoafsFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         // close() has nothing for moafs to do: the kernel writes dirty pages back before it
         // sends FLUSH, and durability is fsync's job. ENOSYS makes the kernel stop sending
         // FLUSH (it still writes pages back on close), saving one round trip per close.
@@ -489,6 +520,7 @@ impl Filesystem for MoafsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         // Files come from CREATE (open is ENOSYS): nothing was counted, nothing to release.
         let _ = ino;
         reply.ok();
@@ -502,10 +534,12 @@ impl Filesystem for MoafsFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         Self::empty(reply, self.fs.fsync(ino.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.activity.note();
         reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
@@ -517,6 +551,7 @@ impl Filesystem for MoafsFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.activity.note();
         const BATCH: usize = 128;
         let mut offset = offset;
         loop {
@@ -550,6 +585,7 @@ impl Filesystem for MoafsFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.activity.note();
         const BATCH: usize = 64;
         let mut offset = offset;
         loop {
@@ -605,6 +641,7 @@ impl Filesystem for MoafsFuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         reply.ok();
     }
 
@@ -616,10 +653,12 @@ impl Filesystem for MoafsFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         Self::empty(reply, self.fs.sync());
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.activity.note();
         let s = self.fs.statfs();
         reply.statfs(
             s.total_blocks,
@@ -643,6 +682,7 @@ impl Filesystem for MoafsFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         let flags = XattrFlags {
             create: flags & libc::XATTR_CREATE != 0,
             replace: flags & libc::XATTR_REPLACE != 0,
@@ -654,6 +694,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.activity.note();
         match self.fs.getxattr(ino.0, name.as_bytes()) {
             Ok(v) => Self::xattr_reply(reply, &v, size),
             Err(e) => reply.error(errno(&e)),
@@ -661,6 +702,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.activity.note();
         match self.fs.listxattr(ino.0) {
             Ok(names) => {
                 let mut buf = Vec::new();
@@ -675,10 +717,12 @@ impl Filesystem for MoafsFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.activity.note();
         Self::empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.activity.note();
         Self::empty(
             reply,
             self.fs.access(ino.0, mask.bits() as u32, caller(req)),
@@ -695,6 +739,7 @@ impl Filesystem for MoafsFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        self.activity.note();
         // ENOSYS (sticky): the kernel then creates files with MKNOD and, since open is ENOSYS
         // too, sends no OPEN and no RELEASE: one round trip less per created file than CREATE
         // (which hands out a file handle the kernel later releases).
@@ -711,6 +756,7 @@ impl Filesystem for MoafsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.activity.note();
         Self::empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
     }
 }
@@ -928,7 +974,16 @@ pub fn mount_blocking(
 
     let mountpoint = mountpoint.canonicalize()?;
     let adapter = MoafsFuse::new(fs.clone(), cfg);
+    let activity = adapter.activity().clone();
     let mut session = Session::new(adapter, &mountpoint, &fuser_config(cfg))?;
+    // The thread reading the session's own descriptor polls (fuser gives the other threads
+    // descriptors of their own, which keep sleeping in read()).
+    let poller = if cfg.poll_window.is_zero() {
+        None
+    } else {
+        let fd = session.as_fd().try_clone_to_owned()?;
+        Some(Poller::start(fd, activity, cfg.poll_window)?)
+    };
     // stat() of the mount point is served by this very session: do it from a thread, once
     // `session.run()` below is answering requests (doing it here would deadlock).
     {
@@ -942,6 +997,7 @@ pub fn mount_blocking(
     log::info!("mounted on {}", mountpoint.display());
     ready();
     let res = session.run();
+    drop(poller);
     drop(watcher);
     drop(ticker);
     // `destroy` has normally done this already; later calls do nothing.

@@ -65,7 +65,7 @@ struct MountArgs {
     #[arg(short = 'f')]
     foreground: bool,
     /// Comma-separated options: cache_size=, dirty_max=, flush_interval_ms=, ro, direct,
-    /// threads=, attr_ttl_ms=, allow_other, default_permissions, nodefault_permissions,
+    /// threads=, attr_ttl_ms=, poll_ms=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     options: Vec<String>,
@@ -419,6 +419,7 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
                 p.fuse.threads = n as usize;
             }
             "attr_ttl_ms" => p.fuse.attr_ttl = Duration::from_millis(num(k, v)?),
+            "poll_ms" => p.fuse.poll_window = Duration::from_millis(num(k, v)?.min(10_000)),
             "read_ahead_kb" => p.fuse.read_ahead_kb = num(k, v)?.min(u32::MAX as u64) as u32,
             "allow_other" if v.is_none() => p.fuse.allow_other = true,
             "default_permissions" if v.is_none() => p.fuse.default_permissions = true,
@@ -804,8 +805,12 @@ mod tests {
         assert_eq!(p.fuse.threads, 4);
         assert!(p.engine.read_only && p.fuse.read_only);
         assert!(p.fuse.default_permissions);
-        let p =
-            parse_mount_options(&["nodefault_permissions".into(), "attr_ttl_ms=0".into()]).unwrap();
+        let p = parse_mount_options(&[
+            "nodefault_permissions".into(),
+            "attr_ttl_ms=0,poll_ms=0".into(),
+        ])
+        .unwrap();
+        assert!(p.fuse.poll_window.is_zero());
         assert!(!p.fuse.default_permissions);
         assert!(p.fuse.attr_ttl.is_zero());
         let e = parse_mount_options(&["bogus".into()]).unwrap_err();
