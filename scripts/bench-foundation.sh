@@ -61,15 +61,18 @@ stats() { # mean min max of the numbers on stdin
 }
 
 declare -A PM SW SR MEM
-for t in $TARGETS; do
-  : > "$work/$t.pm"; : > "$work/$t.sw"; : > "$work/$t.sr"
-  for r in $(seq 1 "$REPS"); do
+for t in $TARGETS; do : > "$work/$t.pm"; : > "$work/$t.sw"; : > "$work/$t.sr"; done
+# Targets take turns within each repetition, so that a noisy minute hits all of them.
+for r in $(seq 1 "$REPS"); do
+  for t in $TARGETS; do
     setup_target "$t"; postmark_once >> "$work/$t.pm"
     if [ -n "$pid" ]; then awk '/VmHWM/{print $2}' "/proc/$pid/status" > "$work/$t.mem"; fi
     teardown
     setup_target "$t"; seqw >> "$work/$t.sw"; seqr >> "$work/$t.sr"; teardown
     echo "  $t rep $r: postmark $(tail -1 "$work/$t.pm") s, seq write $(tail -1 "$work/$t.sw") s, seq read $(tail -1 "$work/$t.sr") s" >&2
   done
+done
+for t in $TARGETS; do
   PM[$t]=$(stats < "$work/$t.pm"); SW[$t]=$(stats < "$work/$t.sw"); SR[$t]=$(stats < "$work/$t.sr")
   MEM[$t]=$(cat "$work/$t.mem" 2>/dev/null || echo -)
 done

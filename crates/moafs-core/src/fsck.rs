@@ -56,6 +56,8 @@ struct Checker<'a> {
     files_count: u64,
     /// Blocks (data and indirect) claimed by the last `map_blocks`.
     claimed_for_inode: u64,
+    /// The journal's blocks: no inode may point into them.
+    journal: std::ops::Range<u64>,
 }
 
 impl Checker<'_> {
@@ -99,6 +101,7 @@ impl Checker<'_> {
         let geo = self.geo;
         if blk >= geo.total_blocks
             || blk - geo.group_start(geo.group_of_block(blk)) < geo.meta_blocks() as u64
+            || self.journal.contains(&blk)
         {
             self.err(format!(
                 "inode {owner}: block pointer {blk} outside the data area"
@@ -305,8 +308,41 @@ impl Checker<'_> {
     }
 }
 
-/// Checks (and with `repair`, fixes) the file system on `dev`.
+/// Checks (and with `repair`, fixes) the file system on `dev`. A journal that needs replaying
+/// is replayed first with `repair`; without it, the image is checked as the replay would leave
+/// it (through an overlay; nothing is written).
 pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
+    let sb = read_superblock(dev)?;
+    let mut notes = Vec::new();
+    if sb.state != STATE_CLEAN && sb.has_journal() {
+        if repair {
+            let r = crate::fs::journal::replay(dev, &sb)?;
+            if r.transactions > 0 {
+                notes.push(format!(
+                    "journal: replayed {} transaction(s) ({} blocks)",
+                    r.transactions,
+                    r.blocks.len()
+                ));
+            }
+        } else {
+            let r = crate::fs::journal::plan_replay(dev, &sb)?;
+            if r.transactions > 0 {
+                let view = crate::device::OverlayDevice::new(dev, sb.block_size, r.blocks);
+                let mut report = check(&view, false)?;
+                report.warnings.push(format!(
+                    "journal needs recovery ({} transaction(s)): checked as replayed",
+                    r.transactions
+                ));
+                return Ok(report);
+            }
+        }
+    }
+    let mut report = check(dev, repair)?;
+    report.warnings.extend(notes);
+    Ok(report)
+}
+
+fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
     let sb = read_superblock(dev)?;
     let geo = Geometry::from_superblock(&sb);
     if dev.size() < geo.total_blocks * geo.block_size as u64 {
@@ -332,6 +368,7 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         inodes: HashMap::new(),
         files_count: 0,
         claimed_for_inode: 0,
+        journal: sb.journal_range(),
     };
     let mut bitmaps = Vec::new();
     for g in 0..geo.group_count {
@@ -359,6 +396,11 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         for i in 0..geo.meta_blocks() as u64 {
             let b = geo.group_start(g) + i;
             if b < geo.total_blocks {
+                ck.used[b as usize] = true;
+            }
+        }
+        if g == 0 {
+            for b in sb.journal_range() {
                 ck.used[b as usize] = true;
             }
         }

@@ -3,8 +3,8 @@
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{
-    bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FORMAT_VERSION, INODE_BYTES,
-    STATE_CLEAN,
+    bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FEATURE_JOURNAL, FORMAT_VERSION,
+    INODE_BYTES, STATE_CLEAN,
 };
 use crate::fs::Timespec;
 
@@ -17,6 +17,8 @@ pub struct MkfsOptions {
     /// Bytes of space per inode (16 KiB, as ext4).
     pub bytes_per_inode: u64,
     pub label: String,
+    /// Journal size in blocks (None: 1/64 of the image, 64 to 16384 blocks; Some(0): none).
+    pub journal_blocks: Option<u32>,
 }
 
 impl Default for MkfsOptions {
@@ -26,6 +28,7 @@ impl Default for MkfsOptions {
             groups: None,
             bytes_per_inode: 16384,
             label: String::new(),
+            journal_blocks: None,
         }
     }
 }
@@ -81,9 +84,33 @@ pub fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<Geometry> {
     Ok(geo)
 }
 
+/// Journal blocks for `geo` (placed in group 0 right after its metadata).
+pub fn plan_journal(geo: &Geometry, opts: &MkfsOptions) -> FsResult<u32> {
+    let room = (geo.group_len(0) - geo.meta_blocks()).saturating_sub(16) as u64;
+    let want = match opts.journal_blocks {
+        Some(n) => n as u64,
+        None => (geo.total_blocks / 64).clamp(64, 16384).min(room / 2),
+    };
+    if want == 0 {
+        return Ok(0);
+    }
+    if want < 8 || want > room {
+        return Err(FsError::invalid(format!(
+            "a journal of {want} blocks does not fit (8 to {room} blocks here)"
+        )));
+    }
+    Ok(want as u32)
+}
+
 /// Creates an empty moafs on `dev`.
 pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
     let geo = plan(dev.size(), opts)?;
+    let journal_blocks = plan_journal(&geo, opts)?;
+    let journal_start = if journal_blocks > 0 {
+        geo.meta_blocks() as u64
+    } else {
+        0
+    };
     let bs = geo.block_size as u64;
     let now = Timespec::now();
     let mut uuid = [0u8; 16];
@@ -115,7 +142,9 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         let mut bitmap = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
         for i in 0..(geo.bitmap_blocks as u64 * bs * 8) {
             // metadata blocks and bits past the end of the group are "in use"
-            if i < meta as u64 || i >= len as u64 {
+            let journal =
+                g == 0 && (journal_start..journal_start + journal_blocks as u64).contains(&i);
+            if i < meta as u64 || i >= len as u64 || journal {
                 bitmap[(i / 8) as usize] |= 1 << (i % 8);
             }
         }
@@ -130,6 +159,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
             ..Default::default()
         };
         if g == 0 {
+            hdr.free_blocks -= journal_blocks;
             ibitmap[0] |= 1;
             hdr.free_inodes -= 1;
             hdr.dirs = 1;
@@ -163,11 +193,30 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         free_inodes,
         root_ino: 1,
         features_compat: 0,
-        features_incompat: 0,
+        features_incompat: if journal_blocks > 0 {
+            FEATURE_JOURNAL
+        } else {
+            0
+        },
         features_ro_compat: 0,
         label,
         last_write_sec: now.sec as u64,
+        journal_start,
+        journal_blocks,
+        journal_seq: 0,
     };
+    // A zeroed journal: no stale block of an earlier file system on this device can look
+    // like a transaction (the crc salt, the uuid, already rules that out; this is tidiness).
+    if journal_blocks > 0 {
+        let zero = vec![0u8; bs as usize * 256];
+        let mut b = journal_start;
+        let end = journal_start + journal_blocks as u64;
+        while b < end {
+            let n = (end - b).min(256);
+            dev.write_at(b * bs, &zero[..(n * bs) as usize])?;
+            b += n;
+        }
+    }
     let bytes = sb.encode(geo.block_size);
     for g in geo.backup_groups() {
         dev.write_at(geo.group_start(g) * bs, &bytes)?;

@@ -56,6 +56,9 @@ struct MkfsArgs {
     /// Label (at most 32 bytes).
     #[arg(long, default_value = "")]
     label: String,
+    /// Journal size in blocks (default: 1/64 of the image, 64 to 16384 blocks; 0: no journal).
+    #[arg(long)]
+    journal_blocks: Option<u32>,
     image: PathBuf,
 }
 
@@ -64,7 +67,8 @@ struct MountArgs {
     /// Stay in the foreground (log to stderr).
     #[arg(short = 'f')]
     foreground: bool,
-    /// Comma-separated options: cache_size=, dirty_max=, flush_interval_ms=, ro, direct,
+    /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
+    /// flush_interval_ms=, ro, direct,
     /// threads=, attr_ttl_ms=, poll_ms=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -307,6 +311,7 @@ fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         block_size: a.block_size,
         groups: a.groups,
         label: a.label.clone(),
+        journal_blocks: a.journal_blocks,
         ..MkfsOptions::default()
     };
     let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {
@@ -337,6 +342,16 @@ fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         human(sb.free_blocks * u64::from(geo.block_size)),
         sb.free_blocks
     );
+    if sb.has_journal() {
+        println!(
+            "  journal:     {} in {} blocks at block {}",
+            human(u64::from(sb.journal_blocks) * u64::from(geo.block_size)),
+            sb.journal_blocks,
+            sb.journal_start
+        );
+    } else {
+        println!("  journal:     none");
+    }
     if !a.label.is_empty() {
         println!("  label:       {}", a.label);
     }
@@ -406,6 +421,11 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
             "cache_size" => p.engine.cache_bytes = size(k, v)?,
             "dirty_max" => p.engine.dirty_bytes_max = size(k, v)?,
             "flush_interval_ms" => p.engine.flush_interval_ms = num(k, v)?,
+            "journal" => {
+                p.engine.journal = v
+                    .ok_or("journal= needs writeback, ordered or data")?
+                    .parse()?
+            }
             "ro" if v.is_none() => {
                 p.engine.read_only = true;
                 p.fuse.read_only = true;

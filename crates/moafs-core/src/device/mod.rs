@@ -15,11 +15,13 @@ mod fault;
 mod file;
 mod mem;
 mod model;
+mod overlay;
 
 pub use fault::{CutMode, FaultConfig, FaultDevice};
 pub use file::{FileDevice, FileDeviceOptions};
 pub use mem::MemDevice;
 pub use model::{HddModel, ModelDevice, ModelKind, SsdModel};
+pub use overlay::OverlayDevice;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -140,6 +142,30 @@ pub fn check_range(offset: u64, len: u64, size: u64) -> DevResult<()> {
 /// Total length of a vectored write.
 pub fn iov_len(bufs: &[&[u8]]) -> u64 {
     bufs.iter().map(|b| b.len() as u64).sum()
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for &T {
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+        (**self).read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
+        (**self).write_at(offset, buf)
+    }
+    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
+        (**self).writev_at(offset, bufs)
+    }
+    fn flush(&self) -> DevResult<()> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
+        (**self).discard(offset, len)
+    }
+    fn counters(&self) -> DeviceCounters {
+        (**self).counters()
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {

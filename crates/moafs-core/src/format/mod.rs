@@ -10,6 +10,7 @@ mod dir;
 mod geometry;
 mod group;
 mod inode;
+pub mod journal;
 mod superblock;
 mod xattr;
 
@@ -17,7 +18,9 @@ pub use dir::{DirBlock, DirEntryRaw, DIR_ENTRY_FIXED, DIR_HEADER_BYTES, DIR_MAGI
 pub use geometry::Geometry;
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};
-pub use superblock::{Superblock, FORMAT_VERSION, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED};
+pub use superblock::{
+    Superblock, FEATURE_JOURNAL, FORMAT_VERSION, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED,
+};
 pub use xattr::{XattrBlock, XATTR_MAGIC};
 
 use crate::error::{FsError, FsResult};

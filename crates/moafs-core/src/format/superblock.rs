@@ -10,6 +10,8 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const STATE_CLEAN: u32 = 1;
 /// `state`: mounted (or the last mount did not end cleanly).
 pub const STATE_MOUNTED: u32 = 2;
+/// `features_incompat`: the image has a journal (`journal_start`, `journal_blocks`).
+pub const FEATURE_JOURNAL: u64 = 1;
 /// The superblock's encoded fields occupy the first 256 bytes of its block; the crc is at 252.
 pub const SB_CRC_AT: usize = 252;
 
@@ -32,6 +34,11 @@ pub struct Superblock {
     pub features_ro_compat: u64,
     pub label: [u8; 32],
     pub last_write_sec: u64,
+    /// First block of the journal (in group 0, after its metadata); 0 without a journal.
+    pub journal_start: u64,
+    pub journal_blocks: u32,
+    /// Sequence number of the last journal transaction written.
+    pub journal_seq: u64,
 }
 
 impl Superblock {
@@ -56,6 +63,9 @@ impl Superblock {
         put_u64(&mut b, 104, self.features_ro_compat);
         b[112..144].copy_from_slice(&self.label);
         put_u64(&mut b, 144, self.last_write_sec);
+        put_u64(&mut b, 152, self.journal_start);
+        put_u32(&mut b, 160, self.journal_blocks);
+        put_u64(&mut b, 168, self.journal_seq);
         seal(&mut b[..256], SB_CRC_AT, 0);
         b
     }
@@ -86,6 +96,9 @@ impl Superblock {
             features_ro_compat: get_u64(b, 104),
             label: b[112..144].try_into().unwrap_or([0; 32]),
             last_write_sec: get_u64(b, 144),
+            journal_start: get_u64(b, 152),
+            journal_blocks: get_u32(b, 160),
+            journal_seq: get_u64(b, 168),
         };
         if sb.format_version != FORMAT_VERSION {
             return Err(FsError::UnsupportedVersion {
@@ -95,6 +108,15 @@ impl Superblock {
         }
         sb.validate(block)?;
         Ok(sb)
+    }
+
+    pub fn has_journal(&self) -> bool {
+        self.features_incompat & FEATURE_JOURNAL != 0
+    }
+
+    /// The journal's blocks, `start..end` (empty without a journal).
+    pub fn journal_range(&self) -> std::ops::Range<u64> {
+        self.journal_start..self.journal_start + self.journal_blocks as u64
     }
 
     /// Checks the fields against each other, so that no later arithmetic can overflow.
@@ -116,7 +138,7 @@ impl Superblock {
         {
             return bad("inodes per group out of range");
         }
-        if self.features_incompat != 0 {
+        if self.features_incompat & !FEATURE_JOURNAL != 0 {
             return bad("unknown incompatible features");
         }
         if self.root_ino != 1 {
@@ -127,6 +149,16 @@ impl Superblock {
             && geo.group_count == 1
         {
             return bad("group too small for its metadata");
+        }
+        if self.has_journal() {
+            if self.journal_blocks < 8
+                || self.journal_start < geo.meta_blocks() as u64
+                || self.journal_start + self.journal_blocks as u64 > geo.group_len(0) as u64
+            {
+                return bad("journal outside group 0's data area or too small");
+            }
+        } else if self.journal_start != 0 || self.journal_blocks != 0 {
+            return bad("journal fields set without the journal feature");
         }
         Ok(())
     }

@@ -1,11 +1,15 @@
 //! Allocation groups: block and inode bitmaps, kept in memory while mounted.
 //!
-//! Blocks freed by an operation are not reusable at once: they go to a pending list and become
-//! free only after the commit that makes the new pointers durable (see `Fs::commit`). Otherwise
-//! a crash could leave an old, still-durable pointer aimed at a block that already holds another
-//! file's data.
+//! Blocks freed by an operation are not reusable at once. The next commit writes bitmaps that
+//! show them free (the on-disk image is exact after every transaction), but in memory they stay
+//! allocated for one more commit: they become reusable only after the commit *following* the
+//! one that freed them. By then the freeing transaction is durable and so are its home writes
+//! (see `journal.rs`), so neither an old durable pointer nor the replay of an old transaction
+//! can touch a block that already holds another file's data. Inode numbers follow the same
+//! two-step rule.
 
 use crate::format::{Geometry, GroupHeader};
+use std::collections::HashMap;
 
 pub(crate) struct Group {
     pub hdr: GroupHeader,
@@ -63,6 +67,17 @@ pub(crate) struct Allocator {
     pub pending_blocks: Vec<(u64, u64)>,
     /// Inodes freed since the last commit.
     pub pending_inodes: Vec<u64>,
+    /// Freed before the last commit: reusable after the next one.
+    pub pending_prev_blocks: Vec<(u64, u64)>,
+    pub pending_prev_inodes: Vec<u64>,
+}
+
+/// A group's bitmaps and free counts as written to disk (pending frees shown free).
+pub(crate) struct GroupImage {
+    pub bitmap: Vec<u8>,
+    pub ibitmap: Vec<u8>,
+    pub free_blocks: u32,
+    pub free_inodes: u32,
 }
 
 impl Allocator {
@@ -73,7 +88,65 @@ impl Allocator {
         self.groups.iter().map(|g| g.hdr.free_inodes as u64).sum()
     }
     pub fn pending_block_count(&self) -> u64 {
-        self.pending_blocks.iter().map(|p| p.1).sum()
+        self.pending_blocks
+            .iter()
+            .chain(&self.pending_prev_blocks)
+            .map(|p| p.1)
+            .sum()
+    }
+    pub fn pending_inode_count(&self) -> u64 {
+        (self.pending_inodes.len() + self.pending_prev_inodes.len()) as u64
+    }
+    pub fn has_pending(&self) -> bool {
+        !self.pending_blocks.is_empty()
+            || !self.pending_inodes.is_empty()
+            || !self.pending_prev_blocks.is_empty()
+            || !self.pending_prev_inodes.is_empty()
+    }
+
+    /// On-disk images of the dirty groups, with every pending free applied.
+    pub fn dirty_images(&mut self) -> Vec<(u32, GroupImage)> {
+        let geo = self.geo;
+        let mut out: HashMap<u32, GroupImage> = HashMap::new();
+        for (g, grp) in self.groups.iter_mut().enumerate() {
+            if grp.dirty {
+                grp.dirty = false;
+                out.insert(
+                    g as u32,
+                    GroupImage {
+                        bitmap: grp.bitmap.clone(),
+                        ibitmap: grp.ibitmap.clone(),
+                        free_blocks: grp.hdr.free_blocks,
+                        free_inodes: grp.hdr.free_inodes,
+                    },
+                );
+            }
+        }
+        for &(first, count) in self.pending_blocks.iter().chain(&self.pending_prev_blocks) {
+            for b in first..first + count {
+                let g = geo.group_of_block(b);
+                if let Some(img) = out.get_mut(&g) {
+                    let i = b - geo.group_start(g);
+                    if bit(&img.bitmap, i) {
+                        set_bit(&mut img.bitmap, i, false);
+                        img.free_blocks += 1;
+                    }
+                }
+            }
+        }
+        for &ino in self.pending_inodes.iter().chain(&self.pending_prev_inodes) {
+            let g = geo.group_of_inode(ino);
+            if let Some(img) = out.get_mut(&g) {
+                let i = geo.inode_index_in_group(ino) as u64;
+                if bit(&img.ibitmap, i) {
+                    set_bit(&mut img.ibitmap, i, false);
+                    img.free_inodes += 1;
+                }
+            }
+        }
+        let mut v: Vec<(u32, GroupImage)> = out.into_iter().collect();
+        v.sort_unstable_by_key(|e| e.0);
+        v
     }
 
     /// Allocates up to `want` contiguous blocks, starting the search at `goal`; returns
@@ -119,8 +192,16 @@ impl Allocator {
         Some((self.geo.group_start(g) + first, n))
     }
 
-    /// Queues blocks for freeing at the next commit.
+    /// Queues blocks for freeing (see the module comment).
     pub fn free_later(&mut self, first: u64, count: u64) {
+        let geo = self.geo;
+        let (g0, g1) = (
+            geo.group_of_block(first),
+            geo.group_of_block(first + count.max(1) - 1),
+        );
+        for g in g0..=g1.min(geo.group_count - 1) {
+            self.groups[g as usize].dirty = true;
+        }
         if let Some(last) = self.pending_blocks.last_mut() {
             if last.0 + last.1 == first {
                 last.1 += count;
@@ -130,10 +211,31 @@ impl Allocator {
         self.pending_blocks.push((first, count));
     }
 
-    /// Makes pending frees real (called after a commit is durable).
+    /// Queues an inode number for freeing.
+    pub fn free_inode_later(&mut self, ino: u64) {
+        let g = self.geo.group_of_inode(ino);
+        self.groups[g as usize].dirty = true;
+        self.pending_inodes.push(ino);
+    }
+
+    /// Called after a commit is durable: frees from before the previous commit become
+    /// reusable; frees since then wait for the next commit. The on-disk bitmaps already show
+    /// all of them free, so no group becomes dirty here.
     pub fn release_pending(&mut self) {
+        let blocks = std::mem::replace(
+            &mut self.pending_prev_blocks,
+            std::mem::take(&mut self.pending_blocks),
+        );
+        let inodes = std::mem::replace(
+            &mut self.pending_prev_inodes,
+            std::mem::take(&mut self.pending_inodes),
+        );
+        self.release(blocks, inodes);
+    }
+
+    fn release(&mut self, blocks: Vec<(u64, u64)>, inodes: Vec<u64>) {
         let geo = self.geo;
-        for (first, count) in std::mem::take(&mut self.pending_blocks) {
+        for (first, count) in blocks {
             for b in first..first + count {
                 let g = geo.group_of_block(b);
                 let grp = &mut self.groups[g as usize];
@@ -142,13 +244,12 @@ impl Allocator {
                     set_bit(&mut grp.bitmap, i, false);
                     grp.block_hint = grp.block_hint.min(i);
                     grp.hdr.free_blocks += 1;
-                    grp.dirty = true;
                 } else {
                     log::error!("block {b} freed twice");
                 }
             }
         }
-        for ino in std::mem::take(&mut self.pending_inodes) {
+        for ino in inodes {
             let g = geo.group_of_inode(ino);
             let i = geo.inode_index_in_group(ino) as u64;
             let grp = &mut self.groups[g as usize];
@@ -156,7 +257,6 @@ impl Allocator {
                 set_bit(&mut grp.ibitmap, i, false);
                 grp.inode_hint = grp.inode_hint.min(i);
                 grp.hdr.free_inodes += 1;
-                grp.dirty = true;
             }
         }
     }

@@ -1,11 +1,14 @@
 //! Write-back and commit: the only place where disk addresses are chosen and metadata written.
 //!
-//! Order of a commit: (1) file and directory data, allocating addresses for blocks that have
-//! none; (2) xattr and indirect blocks; (3) inode-table blocks; (4) bitmaps, group headers and
-//! superblocks; (5) the device flush barrier; (6) blocks and inodes freed before this commit
-//! become allocatable (their old pointers are no longer durable anywhere).
+//! Order of a commit: (1) file data, allocating addresses for blocks that have none, written
+//! in place or added to the transaction (`journal=data`: all of it; `journal=ordered`:
+//! overwrites of blocks already on disk; see `write_runs`);
+//! (2) in `ordered` mode, a flush, so that no metadata can point at unwritten data; (3) the
+//! transaction of every changed metadata block (directory, xattr, indirect, inode-table blocks,
+//! bitmaps, group headers, superblocks) goes to the journal, is flushed and then written home
+//! (`journal.rs`); (4) frees from before the previous commit become allocatable.
 
-use super::Inner;
+use super::{Inner, JournalMode};
 use crate::error::{FsError, FsResult};
 use crate::format::{bitmap_crc, encode_indirect, DiskInode, XattrBlock};
 use std::time::Instant;
@@ -23,7 +26,16 @@ impl Inner {
                         .as_ref()
                         .is_some_and(|d| d.blocks.iter().any(|b| b.dirty))
             })
-            || !self.alloc.pending_blocks.is_empty()
+            || self.alloc.has_pending()
+    }
+
+    /// Commits until every pending free is allocatable again (two commits at most).
+    pub(crate) fn commit_to_free(&mut self) -> FsResult<()> {
+        self.commit()?;
+        if self.alloc.has_pending() {
+            self.commit()?;
+        }
+        Ok(())
     }
 
     /// Writes back everything dirty and flushes the device. On an I/O error the file system
@@ -43,6 +55,12 @@ impl Inner {
     }
 
     fn commit_inner(&mut self) -> FsResult<()> {
+        self.txn.clear();
+        self.txn_data_budget = match (&self.journal, self.opts.journal) {
+            (Some(j), JournalMode::Data | JournalMode::Ordered) => j.len / 4,
+            _ => 0,
+        };
+        let data_before = self.counters.data_blocks_written;
         let inos: Vec<u64> = self.inodes.keys().copied().collect();
         for &ino in &inos {
             if self.inodes[&ino].dirty_blocks > 0 {
@@ -63,7 +81,20 @@ impl Inner {
         self.write_inodes()?;
         self.write_groups()?;
         self.write_superblocks()?;
-        self.dev.flush()?;
+        let order_data = match self.opts.journal {
+            JournalMode::Ordered => true,
+            // Like ext4's auto_da_alloc: replacing a file by rename orders the data anyway.
+            JournalMode::Writeback => self.replaced_by_rename,
+            // Data past the transaction's share is written in place: ordered, as above.
+            JournalMode::Data => true,
+        };
+        self.replaced_by_rename = false;
+        if order_data && self.journal.is_some() && self.counters.data_blocks_written > data_before {
+            // Data in place before any metadata that points at it.
+            self.flush_dev()?;
+        }
+        let txn = std::mem::take(&mut self.txn);
+        self.commit_txn(txn)?;
         self.counters.commits += 1;
         {
             // No read planned before this commit may still be reading blocks about to be freed.
@@ -71,7 +102,6 @@ impl Inner {
             let _exclusive = gate.write().unwrap_or_else(|e| e.into_inner());
             self.alloc.release_pending();
         }
-        self.write_groups()?;
         self.last_commit = Instant::now();
         self.evict();
         self.forget_idle_inodes();
@@ -87,13 +117,14 @@ impl Inner {
             .filter(|(_, c)| c.dirty)
             .map(|(i, _)| *i)
             .collect();
-        let mut placed: Vec<(u64, u64)> = Vec::with_capacity(dirty.len());
+        // (physical, logical, overwrite: the block had an address before this commit)
+        let mut placed: Vec<(u64, u64, bool)> = Vec::with_capacity(dirty.len());
         let mut k = 0;
         while k < dirty.len() {
             let idx = dirty[k];
             let phys = self.bmap(ino, idx)?;
             if phys != 0 {
-                placed.push((phys, idx));
+                placed.push((phys, idx, true));
                 k += 1;
                 continue;
             }
@@ -115,7 +146,7 @@ impl Inner {
                 for j in 0..n {
                     let i = idx + done + j;
                     self.set_bmap(ino, i, first + j)?;
-                    placed.push((first + j, i));
+                    placed.push((first + j, i, false));
                     let node = self.inode(ino)?;
                     node.d.blocks += 1;
                     if let Some(cb) = node.cache.get_mut(&i) {
@@ -133,7 +164,7 @@ impl Inner {
         placed.sort_unstable();
         self.write_runs(ino, &placed)?;
         let node = self.inode(ino)?;
-        for (_, idx) in &placed {
+        for (_, idx, _) in &placed {
             if let Some(cb) = node.cache.get_mut(idx) {
                 cb.dirty = false;
             }
@@ -157,18 +188,42 @@ impl Inner {
     }
 
     /// Writes cached blocks of `ino` given as sorted (physical, logical) pairs.
-    fn write_runs(&mut self, ino: u64, placed: &[(u64, u64)]) -> FsResult<()> {
+    /// Data blocks go home in contiguous runs, or into the transaction: all of them with
+    /// `journal=data`, overwrites of blocks already on disk with `journal=ordered` (so that a
+    /// crash never shows an old file size with newer or zeroed bytes inside it), while the
+    /// transaction's share of the journal lasts.
+    fn write_runs(&mut self, ino: u64, placed: &[(u64, u64, bool)]) -> FsResult<()> {
         let bs = self.bs() as u64;
         let node = &self.inodes[&ino];
         let mut i = 0;
         while i < placed.len() {
             let mut j = i + 1;
-            while j < placed.len() && placed[j].0 == placed[j - 1].0 + 1 && j - i < 256 {
+            while j < placed.len()
+                && placed[j].0 == placed[j - 1].0 + 1
+                && placed[j].2 == placed[i].2
+                && j - i < 256
+            {
                 j += 1;
+            }
+            let journaled = match self.opts.journal {
+                JournalMode::Data => true,
+                JournalMode::Ordered => placed[i].2,
+                JournalMode::Writeback => false,
+            };
+            if journaled && self.txn_data_budget >= (j - i) as u64 {
+                self.txn_data_budget -= (j - i) as u64;
+                for (phys, idx, _) in &placed[i..j] {
+                    if let Some(c) = node.cache.get(idx) {
+                        self.txn.push((*phys, c.data.to_vec()));
+                    }
+                }
+                self.counters.data_blocks_journaled += (j - i) as u64;
+                i = j;
+                continue;
             }
             let bufs: Vec<&[u8]> = placed[i..j]
                 .iter()
-                .filter_map(|(_, idx)| node.cache.get(idx).map(|c| &c.data[..]))
+                .filter_map(|(_, idx, _)| node.cache.get(idx).map(|c| &c.data[..]))
                 .collect();
             self.dev.writev_at(placed[i].0 * bs, &bufs)?;
             self.counters.data_write_ios += 1;
@@ -204,11 +259,7 @@ impl Inner {
             let d = self.inodes[&ino].dir.as_ref().expect("caller checked");
             writes.push((phys, d.block(bi).encode(ino, bi as u64, bs as u32)));
         }
-        writes.sort_unstable_by_key(|w| w.0);
-        for (phys, bytes) in &writes {
-            self.dev.write_at(phys * bs as u64, bytes)?;
-        }
-        self.counters.meta_blocks_written += writes.len() as u64;
+        self.txn.extend(writes);
         let node = self.inode(ino)?;
         for b in &mut node.dir.as_mut().expect("caller checked").blocks {
             b.dirty = false;
@@ -246,8 +297,7 @@ impl Inner {
             b
         };
         let bytes = XattrBlock { attrs }.encode(ino, bs as u32);
-        self.dev.write_at(blk * bs, &bytes)?;
-        self.counters.meta_blocks_written += 1;
+        self.txn.push((blk, bytes));
         Ok(())
     }
 
@@ -264,8 +314,7 @@ impl Inner {
             let ib = self.ind.get_mut(&blk).expect("listed above");
             ib.dirty = false;
             let bytes = encode_indirect(&ib.ptrs, blk, bs);
-            self.dev.write_at(blk * bs as u64, &bytes)?;
-            self.counters.meta_blocks_written += 1;
+            self.txn.push((blk, bytes));
         }
         Ok(())
     }
@@ -288,11 +337,9 @@ impl Inner {
         }
         blocks.sort_unstable();
         blocks.dedup();
-        let bs = geo.block_size as u64;
         for blk in blocks {
-            let buf = &self.itable[&blk];
-            self.dev.write_at(blk * bs, buf)?;
-            self.counters.meta_blocks_written += 1;
+            let buf = self.itable[&blk].clone();
+            self.txn.push((blk, buf));
         }
         // The inode-table cache is only for read-modify-write; keep it bounded.
         if self.itable.len() > 4096 {
@@ -303,21 +350,23 @@ impl Inner {
 
     fn write_groups(&mut self) -> FsResult<()> {
         let geo = self.alloc.geo;
-        let bs = geo.block_size as u64;
-        for g in 0..geo.group_count {
-            let grp = &mut self.alloc.groups[g as usize];
-            if !grp.dirty {
-                continue;
+        let bs = geo.block_size as usize;
+        for (g, img) in self.alloc.dirty_images() {
+            let mut hdr = self.alloc.groups[g as usize].hdr.clone();
+            hdr.free_blocks = img.free_blocks;
+            hdr.free_inodes = img.free_inodes;
+            hdr.bitmap_crc = bitmap_crc(&img.bitmap, g);
+            hdr.ibitmap_crc = bitmap_crc(&img.ibitmap, g);
+            for (k, chunk) in img.bitmap.chunks(bs).enumerate() {
+                self.txn
+                    .push((geo.bitmap_block(g) + k as u64, chunk.to_vec()));
             }
-            grp.dirty = false;
-            grp.hdr.bitmap_crc = bitmap_crc(&grp.bitmap, g);
-            grp.hdr.ibitmap_crc = bitmap_crc(&grp.ibitmap, g);
-            let hdr = grp.hdr.encode(geo.header_block(g), geo.block_size);
-            self.dev.write_at(geo.bitmap_block(g) * bs, &grp.bitmap)?;
-            self.dev.write_at(geo.ibitmap_block(g) * bs, &grp.ibitmap)?;
-            self.dev.write_at(geo.header_block(g) * bs, &hdr)?;
-            self.counters.meta_blocks_written +=
-                1 + (geo.bitmap_blocks + geo.ibitmap_blocks) as u64;
+            for (k, chunk) in img.ibitmap.chunks(bs).enumerate() {
+                self.txn
+                    .push((geo.ibitmap_block(g) + k as u64, chunk.to_vec()));
+            }
+            let hb = geo.header_block(g);
+            self.txn.push((hb, hdr.encode(hb, geo.block_size)));
         }
         Ok(())
     }

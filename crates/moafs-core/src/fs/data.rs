@@ -19,13 +19,13 @@ impl Inner {
         free.saturating_sub(self.reserved + slack)
     }
 
-    /// Reserves `n` data blocks, committing once to release pending frees if needed.
+    /// Reserves `n` data blocks, committing to release pending frees if needed.
     pub(crate) fn reserve(&mut self, n: u64) -> FsResult<()> {
         if n == 0 {
             return Ok(());
         }
         if self.avail_for_reservation() < n && self.alloc.pending_block_count() > 0 {
-            self.commit()?;
+            self.commit_to_free()?;
         }
         if self.avail_for_reservation() < n {
             return Err(FsError::NoSpace);

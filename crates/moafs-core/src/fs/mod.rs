@@ -15,6 +15,7 @@ mod alloc;
 mod commit;
 mod data;
 mod dir;
+pub mod journal;
 mod node;
 mod ops;
 mod types;
@@ -53,6 +54,14 @@ pub(crate) struct Inner {
     /// Reads that run outside the engine lock hold this shared; making freed blocks reusable
     /// takes it exclusively. Lock order: `Fs::inner`, then `io_gate`.
     pub io_gate: Arc<RwLock<()>>,
+    /// The journal (None on images made without one).
+    pub journal: Option<journal::Journal>,
+    /// Blocks of the transaction being built by a commit: (home block, image).
+    pub txn: Vec<(u64, Vec<u8>)>,
+    /// `journal=data`: data blocks the current transaction may still carry.
+    pub txn_data_budget: u64,
+    /// A rename replaced a file since the last commit (see `commit_inner`).
+    pub replaced_by_rename: bool,
 }
 
 /// A mounted moafs.
@@ -63,7 +72,40 @@ pub struct Fs {
 impl Fs {
     /// Mounts the file system on `dev`.
     pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> FsResult<Fs> {
+        let mut sb = read_superblock(dev.as_ref())?;
+        let mut last_seq = sb.journal_seq;
+        if sb.state != STATE_CLEAN && sb.has_journal() {
+            let r = if opts.read_only {
+                // Nothing may be written: mount the replayed view through an overlay.
+                journal::plan_replay(dev.as_ref(), &sb)?
+            } else {
+                journal::replay(dev.as_ref(), &sb)?
+            };
+            last_seq = last_seq.max(r.last_seq);
+            if opts.read_only && !r.blocks.is_empty() {
+                let overlay: Arc<dyn BlockDevice> = Arc::new(crate::device::OverlayDevice::new(
+                    dev,
+                    sb.block_size,
+                    r.blocks,
+                ));
+                return Fs::mount_replayed(overlay, opts, last_seq);
+            }
+            sb = read_superblock(dev.as_ref())?;
+        }
+        Fs::mount_replayed_sb(dev, opts, sb, last_seq)
+    }
+
+    fn mount_replayed(dev: Arc<dyn BlockDevice>, opts: MountOptions, seq: u64) -> FsResult<Fs> {
         let sb = read_superblock(dev.as_ref())?;
+        Fs::mount_replayed_sb(dev, opts, sb, seq)
+    }
+
+    fn mount_replayed_sb(
+        dev: Arc<dyn BlockDevice>,
+        opts: MountOptions,
+        sb: Superblock,
+        last_seq: u64,
+    ) -> FsResult<Fs> {
         let geo = Geometry::from_superblock(&sb);
         if dev.size() < geo.total_blocks * geo.block_size as u64 {
             return Err(FsError::corrupt(
@@ -79,13 +121,19 @@ impl Fs {
         let groups = load_groups(dev.as_ref(), &geo)?;
         let mut inner = Inner {
             dev,
-            sb,
+            sb: sb.clone(),
             alloc: Allocator {
                 geo,
                 groups,
                 pending_blocks: Vec::new(),
                 pending_inodes: Vec::new(),
+                pending_prev_blocks: Vec::new(),
+                pending_prev_inodes: Vec::new(),
             },
+            journal: journal::Journal::new(&sb, last_seq),
+            txn: Vec::new(),
+            txn_data_budget: 0,
+            replaced_by_rename: false,
             inodes: HashMap::new(),
             itable: HashMap::new(),
             ind: HashMap::new(),
@@ -101,7 +149,8 @@ impl Fs {
             unmounted: false,
             io_gate: Arc::new(RwLock::new(())),
         };
-        if inner.sb.state != STATE_CLEAN {
+        let unclean = inner.sb.state != STATE_CLEAN;
+        if unclean && inner.journal.is_none() {
             log::warn!("file system was not cleanly unmounted; run `moafs fsck` to check it");
         }
         inner.inode(ROOT_INO)?;
@@ -115,8 +164,11 @@ impl Fs {
         if !inner.opts.read_only {
             inner.sb.state = STATE_MOUNTED;
             inner.sb.mount_count += 1;
-            inner.write_superblocks()?;
-            inner.dev.flush()?;
+            inner.write_superblocks_in_place()?;
+            if unclean {
+                // Files unlinked while open when the system went down.
+                inner.reclaim_orphans()?;
+            }
         }
         Ok(Fs {
             inner: Mutex::new(inner),
@@ -401,19 +453,38 @@ impl Inner {
         Ok(())
     }
 
-    pub(crate) fn write_superblocks(&mut self) -> FsResult<()> {
+    /// The superblock and its backups as of now (pending frees counted free, as on disk).
+    fn superblock_images(&mut self) -> Vec<(u64, Vec<u8>)> {
         let geo = self.alloc.geo;
-        self.sb.free_blocks = self.alloc.free_blocks();
-        self.sb.free_inodes = self.alloc.free_inodes();
+        self.sb.free_blocks = self.alloc.free_blocks() + self.alloc.pending_block_count();
+        self.sb.free_inodes = self.alloc.free_inodes() + self.alloc.pending_inode_count();
         self.sb.last_write_sec = Timespec::now().sec as u64;
-        let bytes = self.sb.encode(geo.block_size);
-        let bs = geo.block_size as u64;
-        self.dev.write_at(0, &bytes)?;
-        for g in geo.backup_groups() {
-            self.dev.write_at(geo.group_start(g) * bs, &bytes)?;
+        if let Some(j) = &self.journal {
+            self.sb.journal_seq = j.seq;
         }
-        self.counters.meta_blocks_written += 1 + geo.backup_groups().len() as u64;
+        let bytes = self.sb.encode(geo.block_size);
+        let mut v = vec![(0, bytes.clone())];
+        for g in geo.backup_groups() {
+            v.push((geo.group_start(g), bytes.clone()));
+        }
+        v
+    }
+
+    /// Adds the superblocks to the transaction being built.
+    pub(crate) fn write_superblocks(&mut self) -> FsResult<()> {
+        let v = self.superblock_images();
+        self.txn.extend(v);
         Ok(())
+    }
+
+    /// Writes the superblocks home and flushes (only when no transaction is outstanding).
+    fn write_superblocks_in_place(&mut self) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        for (b, bytes) in self.superblock_images() {
+            self.dev.write_at(b * bs, &bytes)?;
+            self.counters.meta_blocks_written += 1;
+        }
+        self.flush_dev()
     }
 
     fn unmount(&mut self) -> FsResult<()> {
@@ -438,9 +509,11 @@ impl Inner {
             self.maybe_reap(ino)?;
         }
         self.commit()?;
+        // The commit flushed its transaction; one more flush makes its home writes durable,
+        // after which the journal is not needed and the superblock can say so.
+        self.flush_dev()?;
         self.sb.state = STATE_CLEAN;
-        self.write_superblocks()?;
-        self.dev.flush()?;
+        self.write_superblocks_in_place()?;
         self.unmounted = true;
         Ok(())
     }

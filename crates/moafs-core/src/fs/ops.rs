@@ -164,8 +164,8 @@ impl Inner {
         // A directory entry may need a new block.
         self.reserve(1)?;
         self.reserved -= 1;
-        if self.alloc.free_inodes() == 0 && !self.alloc.pending_inodes.is_empty() {
-            self.commit()?;
+        if self.alloc.free_inodes() == 0 && self.alloc.pending_inode_count() > 0 {
+            self.commit_to_free()?;
         }
         let ino = self
             .alloc
@@ -306,7 +306,7 @@ impl Inner {
                 ..Default::default()
             },
         );
-        self.alloc.pending_inodes.push(ino);
+        self.alloc.free_inode_later(ino);
         Ok(())
     }
 
@@ -441,6 +441,9 @@ impl Inner {
             self.dir(newparent)?.replace(newname, src.ino, src.kind);
             self.dir(parent)?.remove(name);
             self.drop_link(d.ino, now)?;
+            // A file replaced by rename: its successor's data goes before the metadata even
+            // with journal=writeback, so write-then-rename never leaves an empty file.
+            self.replaced_by_rename = true;
             if dst_dir {
                 let p = self.inode(newparent)?;
                 p.d.nlink = p.d.nlink.saturating_sub(1);
@@ -546,7 +549,7 @@ impl Inner {
             free_blocks: free.saturating_sub(self.reserved),
             avail_blocks: free.saturating_sub(self.reserved),
             total_inodes: geo.total_inodes(),
-            free_inodes: self.alloc.free_inodes() + self.alloc.pending_inodes.len() as u64,
+            free_inodes: self.alloc.free_inodes() + self.alloc.pending_inode_count(),
             name_max: NAME_MAX as u32,
         }
     }

@@ -197,6 +197,32 @@ pub struct MountOptions {
     /// writeback cache): `write` then leaves the times alone, so that a write request served
     /// after the kernel's setattr cannot move them.
     pub kernel_times: bool,
+    /// What the journal protects (images made without a journal ignore it).
+    pub journal: JournalMode,
+}
+
+/// `-o journal=`: what a commit's transaction carries, as ext4's `data=` modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub enum JournalMode {
+    /// Metadata only; file data is written home with no ordering against it.
+    Writeback,
+    /// Metadata only; file data is durable before the metadata that points at it.
+    #[default]
+    Ordered,
+    /// Metadata and file data (data up to a quarter of the journal per commit; beyond that, ordered).
+    Data,
+}
+
+impl std::str::FromStr for JournalMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "writeback" => Ok(JournalMode::Writeback),
+            "ordered" => Ok(JournalMode::Ordered),
+            "data" | "journal" => Ok(JournalMode::Data),
+            _ => Err(format!("journal={s}: expected writeback, ordered or data")),
+        }
+    }
 }
 
 impl Default for MountOptions {
@@ -208,6 +234,7 @@ impl Default for MountOptions {
             read_only: false,
             kernel_lookups: false,
             kernel_times: false,
+            journal: JournalMode::Ordered,
         }
     }
 }
@@ -223,4 +250,11 @@ pub struct EngineCounters {
     pub cache_hits: u64,
     pub cache_misses: u64,
     pub evictions: u64,
+    /// Transactions written to the journal, and the journal blocks they took.
+    pub journal_commits: u64,
+    pub journal_blocks_written: u64,
+    /// File data blocks carried by transactions (`journal=data`).
+    pub data_blocks_journaled: u64,
+    /// Commits too large for the journal, written in place instead.
+    pub journal_overflows: u64,
 }

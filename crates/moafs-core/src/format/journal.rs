@@ -1,0 +1,267 @@
+//! The journal: a circular write-ahead log of whole-block images inside the image.
+//!
+//! A transaction occupies consecutive journal blocks and never wraps:
+//!
+//! ```text
+//! [descriptor 0] .. [descriptor d-1] [payload 0] .. [payload n-1] [commit]
+//! ```
+//!
+//! Each descriptor lists up to [`tags_per_descriptor`] tags, one per payload block, in payload
+//! order. The commit block holds the crc32c of every descriptor and payload block of the
+//! transaction, so a transaction is valid only if all of it reached the device; it can be
+//! written in one request followed by one flush. Payload blocks that begin with the journal
+//! magic are stored with those 4 bytes zeroed and the tag's `ESCAPED` flag set, so a scan
+//! never mistakes a payload block for a descriptor. docs/FORMAT.md specifies every byte.
+
+use super::{get_u32, get_u64, put_u32, put_u64, seal, verify};
+use crate::error::{FsError, FsResult};
+
+pub const JOURNAL_MAGIC: &[u8; 4] = b"MJNL";
+pub const KIND_DESCRIPTOR: u32 = 1;
+pub const KIND_COMMIT: u32 = 2;
+/// Tag kind: the payload block is a whole-block image of block `target`.
+pub const TAG_BLOCK: u32 = 0;
+/// Tag kind reserved for byte-log records (two-level logging): not written by this version.
+pub const TAG_BYTES: u32 = 1;
+/// Tag flag: the payload's first 4 bytes were the journal magic and are stored as zero.
+pub const TAG_ESCAPED: u32 = 1 << 8;
+/// Bytes of a descriptor's header; tags follow.
+pub const DESC_HEADER: usize = 64;
+pub const TAG_BYTES_LEN: usize = 16;
+
+/// Tags one descriptor block can hold (its last 4 bytes are the crc).
+pub fn tags_per_descriptor(block_size: u32) -> usize {
+    (block_size as usize - DESC_HEADER - 4) / TAG_BYTES_LEN
+}
+
+/// Journal blocks a transaction of `n` payload blocks takes.
+pub fn txn_blocks(n: usize, block_size: u32) -> usize {
+    n.div_ceil(tags_per_descriptor(block_size)).max(1) + n + 1
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tag {
+    /// Home block of the payload.
+    pub target: u64,
+    /// Kind in the low 8 bits ([`TAG_BLOCK`]), flags above ([`TAG_ESCAPED`]).
+    pub flags: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    pub seq: u64,
+    /// Every transaction up to this sequence number is known to be durable in place.
+    pub checkpointed: u64,
+    /// Index of this descriptor within its transaction, and their count.
+    pub index: u32,
+    pub count: u32,
+    /// Payload blocks in the whole transaction.
+    pub payload: u32,
+    pub tags: Vec<Tag>,
+}
+
+/// Salt of journal crcs: the file system's uuid, so that a journal block left by another
+/// file system (an image copied into this one) never validates.
+pub fn journal_salt(uuid: &[u8; 16]) -> u64 {
+    get_u64(uuid, 0) ^ get_u64(uuid, 8)
+}
+
+impl Descriptor {
+    pub fn encode(&self, block_size: u32, salt: u64) -> Vec<u8> {
+        let mut b = vec![0u8; block_size as usize];
+        b[0..4].copy_from_slice(JOURNAL_MAGIC);
+        put_u32(&mut b, 4, KIND_DESCRIPTOR);
+        put_u64(&mut b, 8, self.seq);
+        put_u64(&mut b, 16, self.checkpointed);
+        put_u32(&mut b, 24, self.index);
+        put_u32(&mut b, 28, self.count);
+        put_u32(&mut b, 32, self.payload);
+        put_u32(&mut b, 36, self.tags.len() as u32);
+        for (i, t) in self.tags.iter().enumerate() {
+            let at = DESC_HEADER + i * TAG_BYTES_LEN;
+            put_u64(&mut b, at, t.target);
+            put_u32(&mut b, at + 8, t.flags);
+        }
+        let crc_at = b.len() - 4;
+        seal(&mut b, crc_at, salt);
+        b
+    }
+
+    /// Decodes a block that should be a descriptor; `Ok(None)` if it is not one at all.
+    pub fn decode(b: &[u8], salt: u64, block: u64) -> FsResult<Option<Descriptor>> {
+        if b.len() < 1024 || &b[0..4] != JOURNAL_MAGIC || get_u32(b, 4) != KIND_DESCRIPTOR {
+            return Ok(None);
+        }
+        verify(b, b.len() - 4, salt, "journal descriptor", block)?;
+        let ntags = get_u32(b, 36) as usize;
+        if ntags > tags_per_descriptor(b.len() as u32) {
+            return Err(FsError::corrupt(
+                "journal descriptor",
+                block,
+                format!("{ntags} tags do not fit in a block"),
+            ));
+        }
+        let tags = (0..ntags)
+            .map(|i| {
+                let at = DESC_HEADER + i * TAG_BYTES_LEN;
+                Tag {
+                    target: get_u64(b, at),
+                    flags: get_u32(b, at + 8),
+                }
+            })
+            .collect();
+        Ok(Some(Descriptor {
+            seq: get_u64(b, 8),
+            checkpointed: get_u64(b, 16),
+            index: get_u32(b, 24),
+            count: get_u32(b, 28),
+            payload: get_u32(b, 32),
+            tags,
+        }))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub seq: u64,
+    /// Blocks of the transaction before the commit block.
+    pub blocks: u32,
+    /// crc32c (salted) of those blocks, in order.
+    pub body_crc: u32,
+}
+
+impl Commit {
+    pub fn encode(&self, block_size: u32, salt: u64) -> Vec<u8> {
+        let mut b = vec![0u8; block_size as usize];
+        b[0..4].copy_from_slice(JOURNAL_MAGIC);
+        put_u32(&mut b, 4, KIND_COMMIT);
+        put_u64(&mut b, 8, self.seq);
+        put_u32(&mut b, 16, self.blocks);
+        put_u32(&mut b, 20, self.body_crc);
+        let crc_at = b.len() - 4;
+        seal(&mut b, crc_at, salt);
+        b
+    }
+
+    pub fn decode(b: &[u8], salt: u64, block: u64) -> FsResult<Option<Commit>> {
+        if b.len() < 1024 || &b[0..4] != JOURNAL_MAGIC || get_u32(b, 4) != KIND_COMMIT {
+            return Ok(None);
+        }
+        verify(b, b.len() - 4, salt, "journal commit", block)?;
+        Ok(Some(Commit {
+            seq: get_u64(b, 8),
+            blocks: get_u32(b, 16),
+            body_crc: get_u32(b, 20),
+        }))
+    }
+}
+
+/// Running crc of a transaction body.
+pub fn body_crc(salt: u64, blocks: &[&[u8]]) -> u32 {
+    let mut c = crc32c::crc32c(&salt.to_le_bytes());
+    for b in blocks {
+        c = crc32c::crc32c_append(c, b);
+    }
+    c
+}
+
+/// Encodes a whole transaction: descriptors, (escaped) payloads, commit.
+pub fn encode_txn(
+    seq: u64,
+    checkpointed: u64,
+    writes: &[(u64, &[u8])],
+    block_size: u32,
+    salt: u64,
+) -> Vec<Vec<u8>> {
+    let per = tags_per_descriptor(block_size);
+    let count = writes.len().div_ceil(per).max(1);
+    let mut out = Vec::with_capacity(txn_blocks(writes.len(), block_size));
+    let mut payloads = Vec::with_capacity(writes.len());
+    let mut tags = Vec::with_capacity(writes.len());
+    for (target, data) in writes {
+        let mut flags = TAG_BLOCK;
+        let mut p = data.to_vec();
+        if &p[0..4] == JOURNAL_MAGIC {
+            p[0..4].fill(0);
+            flags |= TAG_ESCAPED;
+        }
+        tags.push(Tag {
+            target: *target,
+            flags,
+        });
+        payloads.push(p);
+    }
+    for i in 0..count {
+        let chunk = tags
+            .get(i * per..((i + 1) * per).min(tags.len()))
+            .unwrap_or(&[])
+            .to_vec();
+        out.push(
+            Descriptor {
+                seq,
+                checkpointed,
+                index: i as u32,
+                count: count as u32,
+                payload: writes.len() as u32,
+                tags: chunk,
+            }
+            .encode(block_size, salt),
+        );
+    }
+    out.extend(payloads);
+    let body: Vec<&[u8]> = out.iter().map(|b| &b[..]).collect();
+    let crc = body_crc(salt, &body);
+    let blocks = out.len() as u32;
+    out.push(
+        Commit {
+            seq,
+            blocks,
+            body_crc: crc,
+        }
+        .encode(block_size, salt),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn txn_round_trips_and_escapes_the_magic() {
+        let bs = 4096;
+        let salt = 77;
+        let mut evil = vec![7u8; bs as usize];
+        evil[0..4].copy_from_slice(JOURNAL_MAGIC);
+        let plain = vec![1u8; bs as usize];
+        let writes: Vec<(u64, &[u8])> = vec![(10, &plain), (11, &evil)];
+        let blocks = encode_txn(5, 3, &writes, bs, salt);
+        assert_eq!(blocks.len(), txn_blocks(2, bs));
+        let d = Descriptor::decode(&blocks[0], salt, 0).unwrap().unwrap();
+        assert_eq!((d.seq, d.checkpointed, d.payload, d.count), (5, 3, 2, 1));
+        assert_eq!(d.tags[1].flags & TAG_ESCAPED, TAG_ESCAPED);
+        assert_eq!(&blocks[2][0..4], &[0, 0, 0, 0]);
+        assert!(Descriptor::decode(&blocks[2], salt, 2).unwrap().is_none());
+        let c = Commit::decode(&blocks[3], salt, 3).unwrap().unwrap();
+        let body: Vec<&[u8]> = blocks[..3].iter().map(|b| &b[..]).collect();
+        assert_eq!(c.body_crc, body_crc(salt, &body));
+        // Another salt (another file system) does not validate.
+        assert!(Descriptor::decode(&blocks[0], salt + 1, 0).is_err());
+        // A flipped bit is caught.
+        let mut bad = blocks[0].clone();
+        bad[100] ^= 1;
+        assert!(Descriptor::decode(&bad, salt, 0).is_err());
+    }
+
+    #[test]
+    fn many_tags_span_descriptors() {
+        let bs = 4096;
+        let per = tags_per_descriptor(bs);
+        let data = vec![0u8; bs as usize];
+        let writes: Vec<(u64, &[u8])> = (0..per as u64 + 3).map(|i| (i, &data[..])).collect();
+        let blocks = encode_txn(1, 0, &writes, bs, 9);
+        assert_eq!(blocks.len(), 2 + per + 3 + 1);
+        let d1 = Descriptor::decode(&blocks[1], 9, 1).unwrap().unwrap();
+        assert_eq!((d1.index, d1.count, d1.tags.len()), (1, 2, 3));
+    }
+}

@@ -1,0 +1,389 @@
+//! The journal at run time: writing transactions, checkpointing, and replay at mount.
+//!
+//! A commit gathers every metadata block it would write (and, in `data` mode, the file data)
+//! into one transaction, writes it to the journal as one request, flushes, and only then writes
+//! the blocks to their home locations (the checkpoint) without waiting. A later flush makes
+//! those home writes durable; every transaction records the highest sequence number known to be
+//! checkpointed at that moment, so replay after a crash re-applies exactly the transactions
+//! whose home writes may be incomplete, in order. Only the newest transactions can be needed:
+//! each commit flushes, so at most the last two are ever uncheckpointed.
+//!
+//! Freed blocks stay unallocatable until the commit after the one that freed them (see
+//! `alloc.rs`), which guarantees that a block reused for file data written in place is never
+//! overwritten by the replay of a transaction from when it held metadata.
+
+use super::Inner;
+use crate::device::BlockDevice;
+use crate::error::{FsError, FsResult};
+use crate::format::journal::{
+    body_crc, encode_txn, journal_salt, txn_blocks, Commit, Descriptor, JOURNAL_MAGIC, TAG_BLOCK,
+    TAG_ESCAPED,
+};
+use crate::format::Superblock;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Journal state while mounted.
+pub(crate) struct Journal {
+    /// First block and length of the journal region.
+    pub start: u64,
+    pub len: u64,
+    /// Next journal position (relative to `start`).
+    pub head: u64,
+    /// Sequence number of the last transaction written.
+    pub seq: u64,
+    pub salt: u64,
+    /// Every transaction up to here is durable at its home locations.
+    pub checkpointed: u64,
+    /// Highest transaction whose home writes have been issued.
+    pub ckpt_issued: u64,
+    /// Transactions after `checkpointed`: (seq, position, length); their space is not reused.
+    pub live: VecDeque<(u64, u64, u64)>,
+}
+
+impl Journal {
+    pub fn new(sb: &Superblock, seq: u64) -> Option<Journal> {
+        sb.has_journal().then(|| Journal {
+            start: sb.journal_start,
+            len: sb.journal_blocks as u64,
+            head: 0,
+            seq,
+            salt: journal_salt(&sb.uuid),
+            checkpointed: seq,
+            ckpt_issued: seq,
+            live: VecDeque::new(),
+        })
+    }
+
+    /// A device flush completed: every home write issued before it is durable.
+    pub fn flushed(&mut self) {
+        self.checkpointed = self.ckpt_issued;
+        let c = self.checkpointed;
+        self.live.retain(|t| t.0 > c);
+    }
+
+    /// Where a transaction of `n` blocks goes, if that space holds no live transaction.
+    fn place(&self, n: u64) -> Option<u64> {
+        if n > self.len {
+            return None;
+        }
+        let pos = if self.head + n <= self.len {
+            self.head
+        } else {
+            0
+        };
+        let clash = self
+            .live
+            .iter()
+            .any(|&(_, p, l)| pos < p + l && p < pos + n);
+        (!clash).then_some(pos)
+    }
+}
+
+impl Inner {
+    /// Flushes the device and records what that made durable.
+    pub(crate) fn flush_dev(&mut self) -> FsResult<()> {
+        self.dev.flush()?;
+        if let Some(j) = self.journal.as_mut() {
+            j.flushed();
+        }
+        Ok(())
+    }
+
+    /// Commits `writes` (home block, full-block image) atomically: journal, flush, checkpoint.
+    /// Without a journal, or for a transaction larger than the journal, the blocks are written
+    /// in place between two flushes (not atomic; counted in `journal_overflows`).
+    pub(crate) fn commit_txn(&mut self, mut writes: Vec<(u64, Vec<u8>)>) -> FsResult<()> {
+        // The last image of a block wins; checkpoint in block order.
+        writes.sort_by_key(|w| w.0);
+        writes.dedup_by(|later, earlier| {
+            if later.0 == earlier.0 {
+                std::mem::swap(&mut later.1, &mut earlier.1);
+                true
+            } else {
+                false
+            }
+        });
+        if writes.is_empty() {
+            return self.flush_dev();
+        }
+        let bs = self.bs();
+        let n = txn_blocks(writes.len(), bs as u32) as u64;
+        let placed = match self.journal.as_ref() {
+            None => None,
+            Some(j) => match j.place(n) {
+                Some(p) => Some(p),
+                None if n <= j.len => {
+                    // Older transactions still occupy the space: make their checkpoints
+                    // durable, which frees it.
+                    self.flush_dev()?;
+                    self.journal.as_ref().and_then(|j| j.place(n))
+                }
+                None => None,
+            },
+        };
+        let Some(pos) = placed else {
+            if self.journal.is_some() {
+                log::warn!(
+                    "transaction of {} blocks exceeds the journal: written in place",
+                    writes.len()
+                );
+                self.counters.journal_overflows += 1;
+            }
+            self.flush_dev()?;
+            self.write_home(&writes)?;
+            return self.flush_dev();
+        };
+        let j = self.journal.as_mut().expect("placed in the journal");
+        let seq = j.seq + 1;
+        let refs: Vec<(u64, &[u8])> = writes.iter().map(|(b, d)| (*b, &d[..])).collect();
+        let blocks = encode_txn(seq, j.checkpointed, &refs, bs as u32, j.salt);
+        let at = (j.start + pos) * bs as u64;
+        let bufs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+        self.dev.writev_at(at, &bufs)?;
+        self.counters.journal_blocks_written += blocks.len() as u64;
+        self.counters.journal_commits += 1;
+        self.flush_dev()?;
+        let j = self.journal.as_mut().expect("placed in the journal");
+        j.seq = seq;
+        j.head = pos + n;
+        j.live.push_back((seq, pos, n));
+        self.write_home(&writes)?;
+        if let Some(j) = self.journal.as_mut() {
+            j.ckpt_issued = seq;
+        }
+        Ok(())
+    }
+
+    /// After a crash: frees inodes that are allocated but have no links (files unlinked while
+    /// still open, whose last close never came), then commits.
+    pub(crate) fn reclaim_orphans(&mut self) -> FsResult<()> {
+        let geo = self.alloc.geo;
+        let mut orphans = Vec::new();
+        for g in 0..geo.group_count {
+            let init = self.alloc.groups[g as usize].hdr.itable_init as u64;
+            for i in 0..init.min(geo.inodes_per_group as u64) {
+                if !super::alloc::bit(&self.alloc.groups[g as usize].ibitmap, i) {
+                    continue;
+                }
+                let ino = g as u64 * geo.inodes_per_group as u64 + i + 1;
+                if ino == super::ROOT_INO {
+                    continue;
+                }
+                let d = self.read_disk_inode(ino)?;
+                if !d.is_free() && d.nlink == 0 {
+                    orphans.push(ino);
+                }
+            }
+        }
+        if orphans.is_empty() {
+            return Ok(());
+        }
+        log::info!("freeing {} orphan inode(s)", orphans.len());
+        for ino in orphans {
+            self.inode(ino)?;
+            self.maybe_reap(ino)?;
+        }
+        self.commit()
+    }
+
+    /// Writes sorted (block, image) pairs home, contiguous runs as one request each.
+    fn write_home(&mut self, writes: &[(u64, Vec<u8>)]) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        let mut i = 0;
+        while i < writes.len() {
+            let mut k = i + 1;
+            while k < writes.len() && writes[k].0 == writes[k - 1].0 + 1 && k - i < 256 {
+                k += 1;
+            }
+            let bufs: Vec<&[u8]> = writes[i..k].iter().map(|w| &w.1[..]).collect();
+            self.dev.writev_at(writes[i].0 * bs, &bufs)?;
+            i = k;
+        }
+        self.counters.meta_blocks_written += writes.len() as u64;
+        Ok(())
+    }
+}
+
+/// What a replay will do: the final image of every block it writes.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Sequence number of the newest valid transaction (0: none found).
+    pub last_seq: u64,
+    /// Transactions re-applied.
+    pub transactions: usize,
+    /// Home block → image after all replayed transactions.
+    pub blocks: BTreeMap<u64, Vec<u8>>,
+}
+
+/// A valid transaction found in the journal.
+struct Txn {
+    checkpointed: u64,
+    writes: Vec<(u64, Vec<u8>)>,
+}
+
+/// Reads and validates the transaction whose first descriptor is at journal position `pos`.
+fn read_txn(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    salt: u64,
+    pos: u64,
+    first: &Descriptor,
+) -> FsResult<Option<Txn>> {
+    let bs = sb.block_size as u64;
+    let n = txn_blocks(first.payload as usize, sb.block_size) as u64;
+    if first.index != 0
+        || first.count as u64 != n - first.payload as u64 - 1
+        || pos + n > sb.journal_blocks as u64
+    {
+        return Ok(None);
+    }
+    let mut raw = vec![0u8; (n * bs) as usize];
+    dev.read_at((sb.journal_start + pos) * bs, &mut raw)?;
+    let blocks: Vec<&[u8]> = raw.chunks(bs as usize).collect();
+    let at = |i: usize| sb.journal_start + pos + i as u64;
+    let Ok(Some(commit)) = Commit::decode(blocks[n as usize - 1], salt, at(n as usize - 1)) else {
+        return Ok(None);
+    };
+    if commit.seq != first.seq
+        || commit.blocks as u64 != n - 1
+        || commit.body_crc != body_crc(salt, &blocks[..n as usize - 1])
+    {
+        return Ok(None);
+    }
+    let mut tags = Vec::with_capacity(first.payload as usize);
+    for (i, blk) in blocks.iter().take(first.count as usize).enumerate() {
+        let Ok(Some(d)) = Descriptor::decode(blk, salt, at(i)) else {
+            return Ok(None);
+        };
+        if d.seq != first.seq || d.index as usize != i {
+            return Ok(None);
+        }
+        tags.extend(d.tags);
+    }
+    if tags.len() != first.payload as usize {
+        return Ok(None);
+    }
+    let mut writes = Vec::with_capacity(tags.len());
+    for (k, t) in tags.iter().enumerate() {
+        if t.flags & 0xff != TAG_BLOCK {
+            return Err(FsError::corrupt(
+                "journal",
+                at(k),
+                format!(
+                    "transaction {} has a record kind this version cannot replay",
+                    first.seq
+                ),
+            ));
+        }
+        if t.target >= sb.total_blocks || sb.journal_range().contains(&t.target) {
+            return Err(FsError::corrupt(
+                "journal",
+                at(k),
+                format!("transaction {} targets block {}", first.seq, t.target),
+            ));
+        }
+        let mut data = blocks[first.count as usize + k].to_vec();
+        if t.flags & TAG_ESCAPED != 0 {
+            data[0..4].copy_from_slice(JOURNAL_MAGIC);
+        }
+        writes.push((t.target, data));
+    }
+    Ok(Some(Txn {
+        checkpointed: first.checkpointed,
+        writes,
+    }))
+}
+
+/// Finds the transactions a replay must re-apply (reads only).
+pub fn plan_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
+    let mut out = Replay::default();
+    if !sb.has_journal() {
+        return Ok(out);
+    }
+    let salt = journal_salt(&sb.uuid);
+    let bs = sb.block_size as u64;
+    // Every first descriptor in the region, by sequence number.
+    let mut firsts: HashMap<u64, Vec<(u64, Descriptor)>> = HashMap::new();
+    let chunk = 256u64;
+    let mut buf = vec![0u8; (chunk * bs) as usize];
+    let mut pos = 0;
+    while pos < sb.journal_blocks as u64 {
+        let n = chunk.min(sb.journal_blocks as u64 - pos);
+        let b = &mut buf[..(n * bs) as usize];
+        dev.read_at((sb.journal_start + pos) * bs, b)?;
+        for (i, blk) in b.chunks(bs as usize).enumerate() {
+            if let Ok(Some(d)) = Descriptor::decode(blk, salt, sb.journal_start + pos + i as u64) {
+                if d.index == 0 {
+                    firsts.entry(d.seq).or_default().push((pos + i as u64, d));
+                }
+            }
+        }
+        pos += n;
+    }
+    // The superblock at home names a transaction whose checkpoint, and every earlier one's,
+    // is durable (it is written in place at mount, and otherwise by a later checkpoint).
+    let floor = sb.journal_seq;
+    let mut seqs: Vec<u64> = firsts.keys().copied().filter(|s| *s > floor).collect();
+    seqs.sort_unstable_by(|a, b| b.cmp(a));
+    let mut valid: HashMap<u64, Txn> = HashMap::new();
+    let mut newest = None;
+    for seq in seqs {
+        for (p, d) in &firsts[&seq] {
+            if let Some(t) = read_txn(dev, sb, salt, *p, d)? {
+                if newest.is_none() {
+                    newest = Some((seq, t.checkpointed));
+                }
+                valid.insert(seq, t);
+                break;
+            }
+        }
+        // Nothing older than the newest transaction's checkpoint is needed.
+        if let Some((_, ck)) = newest {
+            if seq <= ck + 1 {
+                break;
+            }
+        }
+    }
+    let Some((last, ck)) = newest else {
+        return Ok(out);
+    };
+    let ck = ck.max(floor);
+    out.last_seq = last;
+    if ck >= last {
+        return Ok(out);
+    }
+    for seq in ck + 1..=last {
+        let Some(t) = valid.remove(&seq) else {
+            return Err(FsError::corrupt(
+                "journal",
+                sb.journal_start,
+                format!("transaction {seq} is missing or damaged but {last} needs it"),
+            ));
+        };
+        for (b, d) in t.writes {
+            out.blocks.insert(b, d);
+        }
+        out.transactions += 1;
+    }
+    Ok(out)
+}
+
+/// Re-applies the journal to `dev` (writes home and flushes). Returns what it did.
+pub fn replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
+    let r = plan_replay(dev, sb)?;
+    if r.blocks.is_empty() {
+        return Ok(r);
+    }
+    let bs = sb.block_size as u64;
+    for (b, d) in &r.blocks {
+        dev.write_at(b * bs, d)?;
+    }
+    dev.flush()?;
+    log::info!(
+        "journal: replayed {} transaction(s) up to {} ({} blocks)",
+        r.transactions,
+        r.last_seq,
+        r.blocks.len()
+    );
+    Ok(r)
+}

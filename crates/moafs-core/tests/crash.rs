@@ -1,0 +1,574 @@
+//! Crash harness: seeded workloads run in-process on a fault device; before every write request
+//! and every flush the harness takes the images a power cut would leave (all unflushed writes
+//! lost, all of them landed, and seeded random subsets with a torn write), and for each one:
+//! `fsck -n` of the raw image (checked as the journal replay would leave it) is clean; mounting
+//! replays the journal; the tree equals the file system as it was at one operation boundary
+//! between the last completed fsync/sync and the operation in progress (atomic commits,
+//! nothing fsynced lost, renames all-or-nothing); file contents obey the journal mode (`data`:
+//! exact; `ordered`: every 512-byte sector is a version some operation in that window wrote,
+//! never stale or garbage; `writeback`: sizes only); after unmount fsck is clean again.
+//!
+//! `MOAFS_CRASH_SEEDS=N` sets the seeds per workload and mode (default 8). A failure prints the
+//! workload, mode, seed, device request number and cut, which replay it exactly.
+
+mod common;
+use moafs_core::device::{
+    BlockDevice, CutMode, DevResult, DeviceCounters, FaultConfig, FaultDevice, MemDevice,
+};
+use moafs_core::fs::{JournalMode, MountOptions, RenameFlags, ROOT_INO};
+use moafs_core::mkfs::{mkfs, MkfsOptions};
+use moafs_core::Fs;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+const IMAGE: u64 = 2 << 20;
+const BS: usize = 4096;
+const SECTOR: usize = 512;
+
+/// path → (inode, contents)
+type Tree = BTreeMap<String, (u64, Vec<u8>)>;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create(String),
+    Write(String, usize, usize, u8),
+    Truncate(String, usize),
+    Fsync(String),
+    Sync,
+    Unlink(String),
+    Rename(String, String),
+    Link(String, String),
+}
+
+/// The expected file system: names → inode, inode → contents.
+#[derive(Clone, Default)]
+struct Model {
+    names: BTreeMap<String, u64>,
+    data: HashMap<u64, Vec<u8>>,
+}
+
+impl Model {
+    fn tree(&self) -> Tree {
+        self.names
+            .iter()
+            .map(|(p, i)| (p.clone(), (*i, self.data[i].clone())))
+            .collect()
+    }
+    fn files(&self) -> Vec<String> {
+        self.names.keys().cloned().collect()
+    }
+}
+
+/// Window of states the image may legally show: from the last durable point to now.
+#[derive(Default)]
+struct Window {
+    states: Vec<Tree>,
+}
+
+struct Ctx {
+    name: &'static str,
+    mode: JournalMode,
+    seed: u64,
+}
+
+/// Splits a path into (parent inode, name) given the engine's directory `d`.
+fn parent_of(path: &str, d: u64) -> (u64, &str) {
+    match path.strip_prefix("d/") {
+        Some(n) => (d, n),
+        None => (ROOT_INO, path),
+    }
+}
+
+fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
+    let who = common::ME;
+    match op {
+        Op::Create(p) => {
+            let (dir, n) = parent_of(p, d);
+            let a = fs.create(dir, n.as_bytes(), 0o644, who).expect("create");
+            m.names.insert(p.clone(), a.ino);
+            m.data.insert(a.ino, Vec::new());
+        }
+        Op::Write(p, off, len, b) => {
+            let ino = m.names[p];
+            let buf = vec![*b; *len];
+            fs.write(ino, *off as u64, &buf).expect("write");
+            let v = m.data.get_mut(&ino).expect("file");
+            if v.len() < off + len {
+                v.resize(off + len, 0);
+            }
+            v[*off..off + len].copy_from_slice(&buf);
+        }
+        Op::Truncate(p, size) => {
+            let ino = m.names[p];
+            fs.setattr(
+                ino,
+                &moafs_core::fs::SetAttr {
+                    size: Some(*size as u64),
+                    ..Default::default()
+                },
+            )
+            .expect("truncate");
+            m.data.get_mut(&ino).expect("file").resize(*size, 0);
+        }
+        Op::Fsync(p) => fs.fsync(m.names[p], false).expect("fsync"),
+        Op::Sync => fs.sync().expect("sync"),
+        Op::Unlink(p) => {
+            let (dir, n) = parent_of(p, d);
+            fs.unlink(dir, n.as_bytes()).expect("unlink");
+            let ino = m.names.remove(p).expect("named");
+            if !m.names.values().any(|i| *i == ino) {
+                m.data.remove(&ino);
+            }
+        }
+        Op::Rename(a, b) => {
+            let (da, na) = parent_of(a, d);
+            let (db, nb) = parent_of(b, d);
+            fs.rename(da, na.as_bytes(), db, nb.as_bytes(), RenameFlags::default())
+                .expect("rename");
+            if m.names.get(b) == m.names.get(a) {
+                return; // two names of one inode: POSIX rename does nothing
+            }
+            let ino = m.names.remove(a).expect("named");
+            if let Some(old) = m.names.insert(b.clone(), ino) {
+                if old != ino && !m.names.values().any(|i| *i == old) {
+                    m.data.remove(&old);
+                }
+            }
+        }
+        Op::Link(a, b) => {
+            let (db, nb) = parent_of(b, d);
+            let ino = m.names[a];
+            fs.link(ino, db, nb.as_bytes()).expect("link");
+            m.names.insert(b.clone(), ino);
+        }
+    }
+}
+
+/// Generates the next operation of workload `name` (always valid for the model).
+fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
+    const NAMES: [&str; 6] = ["a", "b", "c", "d/a", "d/b", "d/c"];
+    let files = m.files();
+    let pick = |rng: &mut StdRng| files[rng.gen_range(0..files.len())].clone();
+    match name {
+        "mix" => {
+            let free: Vec<&str> = NAMES
+                .iter()
+                .copied()
+                .filter(|n| !m.names.contains_key(*n))
+                .collect();
+            let r = rng.gen_range(0..100);
+            if files.is_empty() || (r < 15 && !free.is_empty()) {
+                if free.is_empty() {
+                    return vec![Op::Sync];
+                }
+                return vec![Op::Create(free[rng.gen_range(0..free.len())].into())];
+            }
+            let f = pick(rng);
+            match r {
+                0..=44 => {
+                    let off = rng.gen_range(0..6 * BS);
+                    let len = rng.gen_range(1..3 * BS);
+                    vec![Op::Write(f, off, len, rng.gen())]
+                }
+                45..=52 => vec![Op::Truncate(f, rng.gen_range(0..5 * BS))],
+                53..=64 => vec![Op::Fsync(f)],
+                65..=69 => vec![Op::Sync],
+                70..=79 => vec![Op::Unlink(f)],
+                80..=91 => {
+                    let to = NAMES[rng.gen_range(0..NAMES.len())].to_string();
+                    if to == f {
+                        vec![Op::Sync]
+                    } else {
+                        vec![Op::Rename(f, to)]
+                    }
+                }
+                _ => match free.first() {
+                    Some(n) => vec![Op::Link(f, n.to_string())],
+                    None => vec![Op::Sync],
+                },
+            }
+        }
+        // Replace a file's contents by writing a temporary and renaming it over, no fsync.
+        "rename" => {
+            let target = ["a", "d/b"][step % 2].to_string();
+            let mut ops = vec![Op::Create("tmp".into())];
+            let len = rng.gen_range(1..3 * BS);
+            ops.push(Op::Write("tmp".into(), 0, len, rng.gen()));
+            ops.push(Op::Rename("tmp".into(), target));
+            if rng.gen_range(0..4) == 0 {
+                ops.push(Op::Sync);
+            }
+            ops
+        }
+        // SQLite's rollback journal: save pages, fsync, overwrite in place, fsync, delete.
+        "sqlite" => {
+            let mut ops = Vec::new();
+            if !m.names.contains_key("db") {
+                ops.push(Op::Create("db".into()));
+                ops.push(Op::Write("db".into(), 0, 8 * BS, 1));
+                ops.push(Op::Fsync("db".into()));
+                return ops;
+            }
+            ops.push(Op::Create("db-journal".into()));
+            let pages: Vec<usize> = (0..rng.gen_range(1..4))
+                .map(|_| rng.gen_range(0..10))
+                .collect();
+            for (k, _) in pages.iter().enumerate() {
+                ops.push(Op::Write("db-journal".into(), k * BS, BS, rng.gen()));
+            }
+            ops.push(Op::Fsync("db-journal".into()));
+            for p in &pages {
+                ops.push(Op::Write("db".into(), p * BS, BS, rng.gen()));
+            }
+            ops.push(Op::Fsync("db".into()));
+            ops.push(Op::Unlink("db-journal".into()));
+            ops
+        }
+        // Postmark: small files created, read, appended to and deleted, in two directories.
+        "postmark" => {
+            let n = m.names.len();
+            let r = rng.gen_range(0..4);
+            if n < 4 || (r == 0 && n < 12) {
+                let p = format!("{}p{step}", if step.is_multiple_of(2) { "d/" } else { "" });
+                let len = rng.gen_range(512..3 * BS);
+                return vec![Op::Create(p.clone()), Op::Write(p, 0, len, rng.gen())];
+            }
+            let f = pick(rng);
+            match r {
+                1 => {
+                    let len = m.data[&m.names[&f]].len();
+                    vec![Op::Write(f, len, rng.gen_range(1..BS), rng.gen())]
+                }
+                2 => vec![Op::Unlink(f)],
+                _ => vec![Op::Fsync(f)],
+            }
+        }
+        _ => unreachable!("unknown workload"),
+    }
+}
+
+type Hook = Box<dyn FnMut(&FaultDevice) + Send>;
+
+/// A device that calls `hook` before forwarding each write request or flush.
+struct Tap {
+    inner: Arc<FaultDevice>,
+    hook: Mutex<Option<Hook>>,
+}
+
+impl Tap {
+    fn fire(&self) {
+        if let Some(h) = self.hook.lock().unwrap().as_mut() {
+            h(&self.inner);
+        }
+    }
+}
+
+impl BlockDevice for Tap {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
+        self.fire();
+        self.inner.write_at(offset, buf)
+    }
+    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
+        self.fire();
+        self.inner.writev_at(offset, bufs)
+    }
+    fn flush(&self) -> DevResult<()> {
+        self.fire();
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
+        self.inner.discard(offset, len)
+    }
+    fn counters(&self) -> DeviceCounters {
+        self.inner.counters()
+    }
+}
+
+/// Reads the whole tree of a mounted file system.
+fn walk(fs: &Fs) -> Tree {
+    let mut out = Tree::new();
+    let mut stack = vec![(ROOT_INO, String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        for e in fs.readdir(dir, 0, usize::MAX).expect("readdir") {
+            let name = String::from_utf8(e.name.clone()).expect("utf8");
+            if name == "." || name == ".." {
+                continue;
+            }
+            let path = format!("{prefix}{name}");
+            let a = fs.getattr(e.ino).expect("getattr");
+            if a.kind == moafs_core::fs::FileKind::Directory {
+                stack.push((e.ino, format!("{path}/")));
+            } else {
+                let data = fs.read(e.ino, 0, a.size as u32).expect("read");
+                assert_eq!(data.len() as u64, a.size, "{path}: short read");
+                out.insert(path, (e.ino, data));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `got` is the state `want`, with contents judged by `mode` against the window.
+fn matches(got: &Tree, want: &Tree, window: &[Tree], mode: JournalMode) -> bool {
+    if got.len() != want.len() {
+        return false;
+    }
+    for ((gp, (gi, gd)), (wp, (wi, wd))) in got.iter().zip(want) {
+        if gp != wp || gi != wi || gd.len() != wd.len() {
+            return false;
+        }
+        match mode {
+            JournalMode::Data => {
+                if gd != wd {
+                    return false;
+                }
+            }
+            JournalMode::Ordered => {
+                // A torn in-place overwrite mixes versions sector by sector.
+                for (k, chunk) in gd.chunks(SECTOR).enumerate() {
+                    let at = k * SECTOR..k * SECTOR + chunk.len();
+                    let written_by_window = window.iter().any(|t| {
+                        t.values()
+                            .any(|(i, d)| *i == *gi && d.len() >= at.end && d[at.clone()] == *chunk)
+                    });
+                    if chunk != &wd[at.clone()] && !written_by_window {
+                        return false;
+                    }
+                }
+            }
+            JournalMode::Writeback => {}
+        }
+    }
+    true
+}
+
+fn check_image(ctx: &Ctx, image: Vec<u8>, window: &[Tree], what: &str) {
+    let dev = Arc::new(MemDevice::from_bytes(image));
+    let r = moafs_core::fsck::fsck(dev.as_ref(), false).expect("fsck runs");
+    assert!(
+        r.errors.is_empty(),
+        "{what}: fsck -n of the crash image: {:#?}",
+        r.errors
+    );
+    let sb = moafs_core::fs::read_superblock(dev.as_ref()).expect("superblock");
+    let plan = moafs_core::fs::journal::plan_replay(dev.as_ref(), &sb).expect("journal scan");
+    let replay = format!(
+        "superblock journal_seq {}, state {}; replay: {} transaction(s) up to {}",
+        sb.journal_seq, sb.state, plan.transactions, plan.last_seq
+    );
+    let fs = Fs::mount(
+        dev.clone() as Arc<dyn BlockDevice>,
+        MountOptions {
+            journal: ctx.mode,
+            ..MountOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{what}: mount after the crash: {e}"));
+    let got = walk(&fs);
+    if !window.iter().any(|w| matches(&got, w, window, ctx.mode)) {
+        let show = |t: &Tree| -> Vec<(String, u64, usize)> {
+            t.iter()
+                .map(|(p, (i, d))| (p.clone(), *i, d.len()))
+                .collect()
+        };
+        panic!(
+            "{what}: the recovered tree is no state of the window ({replay})\n got: {:?}\n window: {:#?}",
+            show(&got),
+            window.iter().map(show).collect::<Vec<_>>()
+        );
+    }
+    fs.unmount().expect("unmount");
+    let r = moafs_core::fsck::fsck(dev.as_ref(), false).expect("fsck runs");
+    assert!(
+        r.errors.is_empty(),
+        "{what}: fsck after remount: {:#?}",
+        r.errors
+    );
+}
+
+/// Runs one workload; returns the number of crash states checked.
+fn run(ctx: Ctx, ops: usize) -> u64 {
+    let mem = Arc::new(MemDevice::new(IMAGE));
+    mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
+    let fault = Arc::new(FaultDevice::new(
+        mem as Arc<dyn BlockDevice>,
+        FaultConfig {
+            seed: ctx.seed,
+            ..Default::default()
+        },
+    ));
+    let tap = Arc::new(Tap {
+        inner: fault.clone(),
+        hook: Mutex::new(None),
+    });
+    let fs = Fs::mount(
+        tap.clone() as Arc<dyn BlockDevice>,
+        MountOptions {
+            journal: ctx.mode,
+            dirty_bytes_max: 24 << 10,
+            flush_interval_ms: u64::MAX,
+            ..MountOptions::default()
+        },
+    )
+    .expect("mount");
+    let d = fs
+        .mkdir(ROOT_INO, b"d", 0o755, common::ME)
+        .expect("mkdir")
+        .ino;
+    fs.sync().expect("sync");
+    let window = Arc::new(Mutex::new(Window::default()));
+    window.lock().unwrap().states.push(Tree::new());
+    let states = Arc::new(AtomicU64::new(0));
+    let request = Arc::new(AtomicU64::new(0));
+    let ctx = Arc::new(ctx);
+    {
+        let (window, states, request, ctx) =
+            (window.clone(), states.clone(), request.clone(), ctx.clone());
+        *tap.hook.lock().unwrap() = Some(Box::new(move |dev: &FaultDevice| {
+            let n = request.fetch_add(1, Ordering::Relaxed);
+            let w = window.lock().unwrap().states.clone();
+            let pending = dev.unflushed_writes();
+            let mut cuts = vec![CutMode::DropAll, CutMode::KeepPrefix(usize::MAX)];
+            if pending > 1 {
+                cuts.push(CutMode::RandomSeed(ctx.seed ^ n));
+                cuts.push(CutMode::KeepPrefix(pending / 2));
+            }
+            for cut in cuts {
+                let what = format!(
+                    "workload {} journal={:?} seed {} request {n} cut {cut:?}",
+                    ctx.name, ctx.mode, ctx.seed
+                );
+                let image = dev.crash_image(cut).expect("crash image");
+                check_image(&ctx, image, &w, &what);
+                states.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let mut rng = StdRng::seed_from_u64(ctx.seed);
+    let mut m = Model::default();
+    let mut step = 0;
+    while step < ops {
+        for op in next_op(ctx.name, &m, &mut rng, step) {
+            let mut after = m.clone();
+            // The state after the operation is legal from the moment it starts.
+            {
+                let mut probe = m.clone();
+                model_only(&mut probe, &op);
+                window.lock().unwrap().states.push(probe.tree());
+            }
+            if std::env::var("CRASH_DEBUG").is_ok() {
+                eprintln!("op {op:?} at request {}", request.load(Ordering::Relaxed));
+            }
+            apply(&fs, &mut after, d, &op);
+            m = after;
+            let mut w = window.lock().unwrap();
+            if matches!(op, Op::Fsync(_) | Op::Sync) {
+                // Durable: nothing before this point may come back.
+                w.states = vec![m.tree()];
+            } else if let Some(last) = w.states.last_mut() {
+                // The real state after it (a create's inode number is known now).
+                *last = m.tree();
+            }
+        }
+        step += 1;
+    }
+    *tap.hook.lock().unwrap() = None;
+    fs.unmount().expect("unmount");
+    let final_image = fault.crash_image(CutMode::DropAll).expect("image");
+    check_image(&ctx, final_image, &[m.tree()], "after unmount");
+    states.load(Ordering::Relaxed)
+}
+
+/// The model's half of `apply` (no engine): used to know the state after an operation.
+fn model_only(m: &mut Model, op: &Op) {
+    match op {
+        Op::Create(p) => {
+            // The engine chooses the inode number; a placeholder that no tree matches until
+            // the real operation has run (a crash in the middle of a create shows the
+            // state before it, or after it once the model has the number).
+            m.names.insert(p.clone(), u64::MAX);
+            m.data.insert(u64::MAX, Vec::new());
+        }
+        Op::Write(p, off, len, b) => {
+            let v = m.data.get_mut(&m.names[p]).expect("file");
+            if v.len() < off + len {
+                v.resize(off + len, 0);
+            }
+            v[*off..off + len].fill(*b);
+        }
+        Op::Truncate(p, size) => m.data.get_mut(&m.names[p]).expect("file").resize(*size, 0),
+        Op::Fsync(_) | Op::Sync => {}
+        Op::Unlink(p) => {
+            let ino = m.names.remove(p).expect("named");
+            if !m.names.values().any(|i| *i == ino) {
+                m.data.remove(&ino);
+            }
+        }
+        Op::Rename(a, b) => {
+            if m.names.get(b) == m.names.get(a) {
+                return;
+            }
+            let ino = m.names.remove(a).expect("named");
+            if let Some(old) = m.names.insert(b.clone(), ino) {
+                if old != ino && !m.names.values().any(|i| *i == old) {
+                    m.data.remove(&old);
+                }
+            }
+        }
+        Op::Link(a, b) => {
+            let ino = m.names[a];
+            m.names.insert(b.clone(), ino);
+        }
+    }
+}
+
+fn seeds() -> u64 {
+    std::env::var("MOAFS_CRASH_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+}
+
+fn run_all(name: &'static str, ops: usize) {
+    let mut total = 0;
+    for mode in [
+        JournalMode::Ordered,
+        JournalMode::Data,
+        JournalMode::Writeback,
+    ] {
+        for seed in 0..seeds() {
+            total += run(Ctx { name, mode, seed }, ops);
+        }
+    }
+    eprintln!("crash harness: workload {name}: {total} crash states checked");
+    assert!(total > 0);
+}
+
+#[test]
+fn crash_random_mix() {
+    run_all("mix", 60);
+}
+
+#[test]
+fn crash_write_then_rename() {
+    run_all("rename", 12);
+}
+
+#[test]
+fn crash_sqlite_rollback_journal() {
+    run_all("sqlite", 6);
+}
+
+#[test]
+fn crash_postmark_like() {
+    run_all("postmark", 40);
+}
