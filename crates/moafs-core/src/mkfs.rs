@@ -94,9 +94,9 @@ pub fn plan_journal(geo: &Geometry, opts: &MkfsOptions) -> FsResult<u32> {
     if want == 0 {
         return Ok(0);
     }
-    if want < 8 || want > room {
+    if want < 32 || want > room {
         return Err(FsError::invalid(format!(
-            "a journal of {want} blocks does not fit (8 to {room} blocks here)"
+            "a journal of {want} blocks does not fit (32 to {room} blocks here)"
         )));
     }
     Ok(want as u32)

@@ -61,7 +61,9 @@ impl Inner {
             _ => 0,
         };
         let data_before = self.counters.data_blocks_written;
-        let inos: Vec<u64> = self.inodes.keys().copied().collect();
+        // In inode order: deterministic (a crash test replays exactly) and close to creation order.
+        let mut inos: Vec<u64> = self.inodes.keys().copied().collect();
+        inos.sort_unstable();
         for &ino in &inos {
             if self.inodes[&ino].dirty_blocks > 0 {
                 self.write_back_file(ino)?;
@@ -92,6 +94,11 @@ impl Inner {
         if order_data && self.journal.is_some() && self.counters.data_blocks_written > data_before {
             // Data in place before any metadata that points at it.
             self.flush_dev()?;
+        }
+        // Every promised metadata block has its address now.
+        self.meta_reserved = 0;
+        for node in self.inodes.values_mut() {
+            node.meta_reserved = false;
         }
         let txn = std::mem::take(&mut self.txn);
         self.commit_txn(txn)?;

@@ -14,9 +14,44 @@ impl Inner {
     /// Blocks that may still be promised to new dirty data.
     fn avail_for_reservation(&self) -> u64 {
         let free = self.alloc.free_blocks();
-        // Keep room for indirect blocks (one per pointer block of new data) and metadata.
+        // Keep room for deeper indirect blocks (one per pointer block of new data) and slack.
         let slack = self.reserved / 256 + 16;
-        free.saturating_sub(self.reserved + slack)
+        free.saturating_sub(self.reserved + self.meta_reserved + slack)
+    }
+
+    /// Reserves `n` data blocks of `ino` up to logical block `last`, and the file's single
+    /// indirect block if the data reaches it and it does not exist yet.
+    pub(crate) fn reserve_for(&mut self, ino: u64, last: u64, n: u64) -> FsResult<()> {
+        self.reserve(n)?;
+        if n == 0 || last < crate::format::N_DIRECT as u64 {
+            return Ok(());
+        }
+        let node = self.inode(ino)?;
+        if node.d.indirect[0] != 0 || node.meta_reserved {
+            return Ok(());
+        }
+        if let Err(e) = self.reserve_meta() {
+            self.reserved -= n;
+            return Err(e);
+        }
+        self.inode(ino)?.meta_reserved = true;
+        Ok(())
+    }
+
+    /// A directory that had `before` blocks may have grown: its new blocks get addresses at
+    /// commit (the caller checked that a block is available).
+    pub(crate) fn note_dir_growth(&mut self, dir: u64, before: usize) -> FsResult<()> {
+        let now = self.dir(dir)?.blocks.len();
+        self.meta_reserved += now.saturating_sub(before) as u64;
+        Ok(())
+    }
+
+    /// Reserves one metadata block (directory, xattr or indirect block) allocated at commit.
+    pub(crate) fn reserve_meta(&mut self) -> FsResult<()> {
+        self.reserve(1)?;
+        self.reserved -= 1;
+        self.meta_reserved += 1;
+        Ok(())
     }
 
     /// Reserves `n` data blocks, committing to release pending frees if needed.
@@ -123,7 +158,7 @@ impl Inner {
                 need += 1;
             }
         }
-        self.reserve(need)?;
+        self.reserve_for(ino, last, need)?;
         let size = self.inode(ino)?.d.size;
         for idx in first..=last {
             let bstart = idx * bs;
@@ -280,7 +315,7 @@ impl Inner {
                 let mut buf = self.load_block(ino, idx)?;
                 buf[(new_size % bs) as usize..].fill(0);
                 let newly = self.needs_reservation(ino, idx)?;
-                self.reserve(newly as u64)?;
+                self.reserve_for(ino, idx, newly as u64)?;
                 self.put_dirty(ino, idx, buf, newly)?;
             }
         }
@@ -320,7 +355,8 @@ impl Inner {
                 holes.push(idx);
             }
         }
-        self.reserve(holes.len() as u64)?;
+        let last = holes.last().copied().unwrap_or(0);
+        self.reserve_for(ino, last, holes.len() as u64)?;
         for idx in holes {
             self.put_dirty(ino, idx, vec![0u8; bs as usize].into_boxed_slice(), true)?;
         }
@@ -355,7 +391,7 @@ impl Inner {
                 let mut buf = self.load_block(ino, idx)?;
                 buf[(pos - bstart) as usize..(hi - bstart) as usize].fill(0);
                 let newly = self.needs_reservation(ino, idx)?;
-                self.reserve(newly as u64)?;
+                self.reserve_for(ino, idx, newly as u64)?;
                 self.put_dirty(ino, idx, buf, newly)?;
             }
             pos = hi;

@@ -60,6 +60,9 @@ pub(crate) struct Inner {
     pub txn: Vec<(u64, Vec<u8>)>,
     /// `journal=data`: data blocks the current transaction may still carry.
     pub txn_data_budget: u64,
+    /// Metadata blocks promised to changes since the last commit (directory growth, xattr
+    /// blocks, indirect blocks): counted against free space like `reserved`.
+    pub meta_reserved: u64,
     /// A rename replaced a file since the last commit (see `commit_inner`).
     pub replaced_by_rename: bool,
 }
@@ -134,6 +137,7 @@ impl Fs {
             txn: Vec::new(),
             txn_data_budget: 0,
             replaced_by_rename: false,
+            meta_reserved: 0,
             inodes: HashMap::new(),
             itable: HashMap::new(),
             ind: HashMap::new(),

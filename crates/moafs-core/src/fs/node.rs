@@ -26,6 +26,9 @@ pub(crate) struct Inode {
     pub dir: Option<Dir>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     pub xattr_dirty: bool,
+    /// A metadata block (the single indirect block) is reserved for this inode until the
+    /// next commit allocates it.
+    pub meta_reserved: bool,
 }
 
 impl Inode {
@@ -38,6 +41,7 @@ impl Inode {
             cache: BTreeMap::new(),
             dirty_blocks: 0,
             dir: None,
+            meta_reserved: false,
             xattrs: None,
             xattr_dirty: false,
         }

@@ -203,7 +203,9 @@ impl Inner {
             node.dir = Some(Dir::new(DirBlock::capacity(self.bs() as u32)));
         }
         self.inodes.insert(ino, node);
+        let before = self.dir(parent)?.blocks.len();
         self.dir(parent)?.insert(name, ino, kind.dirent_type());
+        self.note_dir_growth(parent, before)?;
         self.touch_dir(parent, now)?;
         if is_dir {
             self.inode(parent)?.d.nlink += 1;
@@ -347,8 +349,10 @@ impl Inner {
         }
         self.reserve(1)?;
         self.reserved -= 1;
+        let before = self.dir(newparent)?.blocks.len();
         self.dir(newparent)?
             .insert(newname, ino, kind.dirent_type());
+        self.note_dir_growth(newparent, before)?;
         let now = Timespec::now().pair();
         self.touch_dir(newparent, now)?;
         let node = self.inode(ino)?;
@@ -454,7 +458,9 @@ impl Inner {
             self.reserve(1)?;
             self.reserved -= 1;
             self.dir(parent)?.remove(name);
+            let before = self.dir(newparent)?.blocks.len();
             self.dir(newparent)?.insert(newname, src.ino, src.kind);
+            self.note_dir_growth(newparent, before)?;
             self.reparent(src.ino, src_dir, parent, newparent)?;
         }
         let n = self.inode(src.ino)?;
@@ -648,8 +654,7 @@ impl Inner {
             return Err(FsError::NoSpace);
         }
         if !had_block {
-            self.reserve(1)?;
-            self.reserved -= 1;
+            self.reserve_meta()?;
         }
         *self.xattrs(ino)? = next;
         let node = self.inode(ino)?;
