@@ -407,7 +407,51 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         ck.headers.push(hdr);
         bitmaps.push((bm, ibm));
     }
+    // read_superblock falls back to a backup: say so when the primary is damaged.
+    let mut primary = vec![0u8; geo.block_size as usize];
+    dev.read_at(0, &mut primary)?;
+    if let Err(e) = crate::format::Superblock::decode(&primary, 0) {
+        ck.err(format!(
+            "primary superblock: {e} (a backup superblock is intact)"
+        ));
+    }
+    for g in geo.backup_groups() {
+        let b = geo.group_start(g);
+        let mut buf = vec![0u8; geo.block_size as usize];
+        dev.read_at(b * geo.block_size as u64, &mut buf)?;
+        if let Err(e) = crate::format::Superblock::decode(&buf, b) {
+            ck.err(format!("backup superblock in group {g}: {e}"));
+        }
+    }
     ck.walk(&sb)?;
+    // Free slots in the initialised part of each inode table must be empty or a valid free
+    // inode (a freed slot keeps its generation under a crc).
+    for g in 0..geo.group_count {
+        let Some(h) = ck.headers[g as usize].clone() else {
+            continue;
+        };
+        let ibm = &bitmaps[g as usize].1;
+        let mut cur = (u64::MAX, Vec::new());
+        for i in 0..h.itable_init.min(geo.inodes_per_group) as u64 {
+            if ibm[(i / 8) as usize] & (1 << (i % 8)) != 0 {
+                continue;
+            }
+            let ino = g as u64 * geo.inodes_per_group as u64 + i + 1;
+            let (blk, off) = geo.inode_location(ino);
+            if cur.0 != blk {
+                cur = (blk, ck.read(blk)?);
+            }
+            let slot = &cur.1[off..off + INODE_BYTES];
+            if slot.iter().all(|b| *b == 0) {
+                continue;
+            }
+            match DiskInode::decode(slot, ino, blk) {
+                Ok(d) if d.is_free() => {}
+                Ok(_) => ck.err(format!("free inode slot {ino} holds an inode")),
+                Err(e) => ck.err(format!("free inode slot {ino}: {e}")),
+            }
+        }
+    }
     compare(&mut ck, &bitmaps, &mut report)?;
     let found = std::mem::take(&mut ck.found);
     let used = ck.used.iter().filter(|u| **u).count() as u64;
@@ -443,7 +487,8 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
 
 /// Findings that `rebuild` can fix (derived state: bitmaps, counters, link counts, orphans).
 fn is_fixable(f: &str) -> bool {
-    f.contains("bitmap")
+    f.contains("superblock") && !f.contains("smaller")
+        || f.contains("bitmap")
         || f.contains("free count")
         || f.contains("link count")
         || f.contains("unreachable")

@@ -7,6 +7,7 @@
 //! panic on bad bytes: they return `FsError::Corrupt` naming the structure and block.
 
 mod dir;
+pub mod fuzzing;
 mod geometry;
 mod group;
 mod inode;
@@ -14,12 +15,12 @@ pub mod journal;
 mod superblock;
 mod xattr;
 
-pub use dir::{DirBlock, DirEntryRaw, DIR_ENTRY_FIXED, DIR_HEADER_BYTES, DIR_MAGIC};
+pub use dir::{dir_salt, DirBlock, DirEntryRaw, DIR_ENTRY_FIXED, DIR_HEADER_BYTES, DIR_MAGIC};
 pub use geometry::Geometry;
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};
 pub use superblock::{
-    Superblock, FEATURE_JOURNAL, FORMAT_VERSION, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED,
+    Superblock, FEATURE_JOURNAL, FORMAT_VERSION, SB_CRC_AT, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED,
 };
 pub use xattr::{XattrBlock, XATTR_MAGIC};
 
