@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every test: formatting, lints, unit + property + real-FUSE-mount tests, pjdfstest, fsx.
+# Every test: formatting, lints, unit + property + crash + real-FUSE-mount tests, pjdfstest, fsx,
+# and the fuzz targets for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"; cargo fmt --all -- --check
@@ -8,3 +9,5 @@ echo "== cargo test (unit, property, real FUSE mounts)"
 cargo test --workspace --release 2>&1 | tee /tmp/moafs-cargo-test.log
 echo "== pjdfstest and fsx on a real mount"
 scripts/posix-tests.sh
+echo "== fuzz targets (bounded time)"
+scripts/fuzz.sh

@@ -13,6 +13,7 @@ pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fsck;
+pub mod fuzzing;
 pub mod mkfs;
 
 pub use error::{FsError, FsResult};
