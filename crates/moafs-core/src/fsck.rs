@@ -58,6 +58,25 @@ struct Checker<'a> {
     claimed_for_inode: u64,
     /// The journal's blocks: no inode may point into them.
     journal: std::ops::Range<u64>,
+    /// What `fsck -y` will change besides the derived state.
+    fixes: Vec<Fix>,
+}
+
+/// A structural repair `rebuild` applies. Where a directory block sits: (dir, index, block).
+#[derive(Debug, Clone)]
+enum Fix {
+    /// A directory block that does not decode becomes empty (its entries are lost).
+    EmptyDirBlock { at: (u64, u64, u64) },
+    /// An entry naming an invalid, free or damaged inode is removed.
+    RemoveEntry { at: (u64, u64, u64), name: Vec<u8> },
+    /// An entry's type byte is set to its inode's type.
+    EntryType {
+        at: (u64, u64, u64),
+        name: Vec<u8>,
+        kind: u8,
+    },
+    /// A directory's parent field is set to the directory that lists it.
+    Parent { ino: u64, parent: u64 },
 }
 
 impl Checker<'_> {
@@ -89,7 +108,7 @@ impl Checker<'_> {
             Ok(d) if d.is_free() => Ok(None),
             Ok(d) => Ok(Some(d)),
             Err(e) => {
-                self.err(format!("inode {ino}: {e}"));
+                self.err(format!("inode {ino}: damaged ({e})"));
                 Ok(None)
             }
         }
@@ -219,15 +238,17 @@ impl Checker<'_> {
             self.check_inode_fields(dir_ino, &d, n);
             for (idx, phys) in blocks {
                 let buf = self.read(phys)?;
+                let at = (dir_ino, idx, phys);
                 let db = match DirBlock::decode(&buf, dir_ino, idx, phys) {
                     Ok(db) => db,
                     Err(e) => {
-                        self.err(format!("directory {dir_ino}: {e}"));
+                        self.err(format!("directory {dir_ino}: block {idx} unreadable ({e})"));
+                        self.fixes.push(Fix::EmptyDirBlock { at });
                         continue;
                     }
                 };
                 for e in db.entries {
-                    self.entry(dir_ino, &e.name, e.ino, e.kind, &mut queue)?;
+                    self.entry(at, &e.name, e.ino, e.kind, &mut queue)?;
                 }
             }
         }
@@ -236,17 +257,23 @@ impl Checker<'_> {
 
     fn entry(
         &mut self,
-        dir: u64,
+        at: (u64, u64, u64),
         name: &[u8],
         ino: u64,
         kind: u8,
         queue: &mut VecDeque<u64>,
     ) -> FsResult<()> {
+        let dir = at.0;
         let shown = String::from_utf8_lossy(name).into_owned();
+        let remove = Fix::RemoveEntry {
+            at,
+            name: name.to_vec(),
+        };
         if !self.geo.valid_ino(ino) {
             self.err(format!(
                 "directory {dir}: entry {shown:?} names invalid inode {ino}"
             ));
+            self.fixes.push(remove);
             return Ok(());
         }
         if let Some(d) = self.inodes.get(&ino) {
@@ -263,13 +290,28 @@ impl Checker<'_> {
             self.err(format!(
                 "directory {dir}: entry {shown:?} names free inode {ino}"
             ));
+            self.fixes.push(remove);
             return Ok(());
         };
         let is_dir = d.mode & libc::S_IFMT == libc::S_IFDIR;
-        if crate::fs::FileKind::from_mode(d.mode).map(|k| k.dirent_type()) != Some(kind) {
+        let want = crate::fs::FileKind::from_mode(d.mode).map(|k| k.dirent_type());
+        if want != Some(kind) {
             self.err(format!(
                 "directory {dir}: entry {shown:?} type {kind} disagrees with inode {ino}"
             ));
+            match want {
+                Some(kind) => self.fixes.push(Fix::EntryType {
+                    at,
+                    name: name.to_vec(),
+                    kind,
+                }),
+                None => {
+                    // No valid type at all: treat the inode as damaged.
+                    self.fixes.push(remove);
+                    self.err(format!("inode {ino}: damaged (mode {:#o})", d.mode));
+                    return Ok(());
+                }
+            }
         }
         self.inodes.insert(ino, d.clone());
         *self.links.entry(ino).or_default() += 1;
@@ -279,6 +321,7 @@ impl Checker<'_> {
                     "directory {ino} ({shown:?}): parent is {} but it is listed in {dir}",
                     d.parent
                 ));
+                self.fixes.push(Fix::Parent { ino, parent: dir });
             }
             *self.links.entry(ino).or_default() += 1; // its "."
             *self.links.entry(dir).or_default() += 1; // its ".."
@@ -369,6 +412,7 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         files_count: 0,
         claimed_for_inode: 0,
         journal: sb.journal_range(),
+        fixes: Vec::new(),
     };
     let mut bitmaps = Vec::new();
     for g in 0..geo.group_count {
@@ -488,6 +532,13 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
 /// Findings that `rebuild` can fix (derived state: bitmaps, counters, link counts, orphans).
 fn is_fixable(f: &str) -> bool {
     f.contains("superblock") && !f.contains("smaller")
+        || f.contains("names invalid inode")
+        || f.contains("names free inode")
+        || f.contains(": damaged (")
+        || f.contains("unreadable (")
+        || f.contains("disagrees with inode")
+        || f.contains("but it is listed in")
+        || f.contains("free inode slot")
         || f.contains("bitmap")
         || f.contains("free count")
         || f.contains("link count")
@@ -584,7 +635,80 @@ fn compare(
 }
 
 /// Rewrites bitmaps, group counters and link counts from what the walk reached.
+/// Applies the structural fixes: directory blocks rewritten, parents corrected, and every
+/// inode slot the walk did not reach emptied (damaged or orphaned inodes; their blocks become
+/// free with the bitmaps rebuilt below).
+fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
+    let geo = ck.geo;
+    let bs = geo.block_size as u64;
+    let mut blocks: std::collections::BTreeMap<(u64, u64, u64), DirBlock> = Default::default();
+    for fix in ck.fixes.clone() {
+        let at = match &fix {
+            Fix::EmptyDirBlock { at } | Fix::RemoveEntry { at, .. } | Fix::EntryType { at, .. } => {
+                *at
+            }
+            Fix::Parent { ino, parent } => {
+                let (blk, off) = geo.inode_location(*ino);
+                let mut buf = ck.read(blk)?;
+                if let Ok(mut d) = DiskInode::decode(&buf[off..off + INODE_BYTES], *ino, blk) {
+                    d.parent = *parent;
+                    d.encode_into(&mut buf[off..off + INODE_BYTES], *ino);
+                    ck.dev.write_at(blk * bs, &buf)?;
+                }
+                continue;
+            }
+        };
+        let db = match blocks.entry(at) {
+            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let buf = ck.read(at.2)?;
+                v.insert(DirBlock::decode(&buf, at.0, at.1, at.2).unwrap_or_default())
+            }
+        };
+        match fix {
+            Fix::EmptyDirBlock { .. } => db.entries.clear(),
+            Fix::RemoveEntry { name, .. } => db.entries.retain(|e| e.name != name),
+            Fix::EntryType { name, kind, .. } => {
+                for e in db.entries.iter_mut().filter(|e| e.name == name) {
+                    e.kind = kind;
+                }
+            }
+            Fix::Parent { .. } => {}
+        }
+    }
+    for ((dir, idx, phys), db) in blocks {
+        ck.dev
+            .write_at(phys * bs, &db.encode(dir, idx, geo.block_size))?;
+    }
+    for g in 0..geo.group_count {
+        let init = ck.headers[g as usize]
+            .as_ref()
+            .map(|h| h.itable_init.min(geo.inodes_per_group))
+            .unwrap_or(geo.inodes_per_group);
+        for i in 0..init as u64 {
+            let ino = g as u64 * geo.inodes_per_group as u64 + i + 1;
+            if ck.inodes.contains_key(&ino) {
+                continue;
+            }
+            let (blk, off) = geo.inode_location(ino);
+            let mut buf = ck.read(blk)?;
+            if buf[off..off + INODE_BYTES].iter().any(|b| *b != 0) {
+                let free = matches!(
+                    DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk),
+                    Ok(d) if d.is_free()
+                );
+                if !free {
+                    buf[off..off + INODE_BYTES].fill(0);
+                    ck.dev.write_at(blk * bs, &buf)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn rebuild(ck: &mut Checker<'_>, sb: &Superblock) -> FsResult<()> {
+    salvage(ck)?;
     let geo = ck.geo;
     let bs = geo.block_size as u64;
     let mut free_blocks = 0u64;

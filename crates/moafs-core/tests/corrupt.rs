@@ -154,3 +154,43 @@ fn damaged_journal_transaction_is_never_half_applied() {
         exercise(img, &format!("journal block {blk} byte {byte}"));
     }
 }
+
+#[test]
+fn fsck_y_salvages_damaged_directories_and_inodes() {
+    let (base, structures) = populated();
+    let find = |n: &str| structures.iter().find(|s| s.0 == n).expect("structure").1;
+    let dir_blk = find("directory block");
+    let itable = find("inode table");
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut img = base.clone();
+    img[(dir_blk * BS) as usize..((dir_blk + 1) * BS) as usize].fill(0);
+    cases.push(("zeroed directory block", img));
+    let mut img = base.clone();
+    // Every inode slot of the first inode-table block damaged except the root's.
+    for slot in 1..(BS as usize / 256) {
+        img[(itable * BS) as usize + slot * 256 + 40] ^= 0x10;
+    }
+    cases.push(("damaged inodes", img));
+    for (what, img) in cases {
+        let dev = Arc::new(MemDevice::from_bytes(img));
+        let r = moafs_core::fsck::fsck(dev.as_ref(), false).unwrap();
+        assert!(!r.errors.is_empty(), "{what}: not noticed");
+        let r = moafs_core::fsck::fsck(dev.as_ref(), true).unwrap();
+        assert!(
+            r.errors.is_empty(),
+            "{what}: left unrepaired: {:#?}",
+            r.errors
+        );
+        assert!(!r.repaired.is_empty(), "{what}: nothing repaired");
+        let r = moafs_core::fsck::fsck(dev.as_ref(), false).unwrap();
+        assert!(r.errors.is_empty(), "{what}: after repair: {:#?}", r.errors);
+        let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, MountOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: mount after repair: {e}"));
+        // The survivors are fully usable.
+        let a = fs.create(ROOT_INO, b"after-repair", 0o644, ME).unwrap();
+        fs.write(a.ino, 0, b"ok").unwrap();
+        fs.unmount().unwrap();
+        let r = moafs_core::fsck::fsck(dev.as_ref(), false).unwrap();
+        assert!(r.errors.is_empty(), "{what}: after use: {:#?}", r.errors);
+    }
+}

@@ -15,6 +15,11 @@ use std::time::Instant;
 
 impl Inner {
     pub(crate) fn has_dirty(&self) -> bool {
+        self.has_unsaved() || self.alloc.has_pending()
+    }
+
+    /// Changes not yet in a commit (pending frees aside).
+    fn has_unsaved(&self) -> bool {
         self.dirty_blocks > 0
             || !self.dead.is_empty()
             || self.alloc.groups.iter().any(|g| g.dirty)
@@ -26,7 +31,21 @@ impl Inner {
                         .as_ref()
                         .is_some_and(|d| d.blocks.iter().any(|b| b.dirty))
             })
-            || self.alloc.has_pending()
+    }
+
+    /// Commits unless nothing changed since the last commit (whose flush has returned, as the
+    /// caller holds the engine lock). This is group commit: callers of fsync that waited for
+    /// the lock while a commit ran find their changes durable and return at once.
+    pub(crate) fn commit_if_unsaved(&mut self) -> FsResult<()> {
+        if self.failed && !self.opts.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        if self.has_unsaved() {
+            self.commit()
+        } else {
+            self.counters.commits_skipped += 1;
+            Ok(())
+        }
     }
 
     /// Commits until every pending free is allocatable again (two commits at most).

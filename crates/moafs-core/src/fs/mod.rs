@@ -306,11 +306,11 @@ impl Fs {
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
         let mut g = self.lock();
         g.inode(ino)?;
-        g.commit()
+        g.commit_if_unsaved()
     }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
-        self.lock().commit()
+        self.lock().commit_if_unsaved()
     }
     /// Periodic work: write back when the flush interval has passed. Returns whether it did.
     pub fn tick(&self) -> FsResult<bool> {

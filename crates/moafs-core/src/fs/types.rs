@@ -257,4 +257,6 @@ pub struct EngineCounters {
     pub data_blocks_journaled: u64,
     /// Commits too large for the journal, written in place instead.
     pub journal_overflows: u64,
+    /// fsync/sync calls that found nothing to commit (an earlier commit covered them).
+    pub commits_skipped: u64,
 }
