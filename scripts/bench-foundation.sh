@@ -10,18 +10,7 @@ REPS=${REPS:-3}
 SIZE=${SIZE:-4G}
 TARGETS=${TARGETS:-"moafs ext4 fuse2fs"}
 PM_TX=${PM_TX:-200000}
-work=$(mktemp -d /dev/shm/moafs-bench.XXXXXX)
-mnt=$work/mnt; img=$work/img; mkdir -p "$mnt"
-loop=""; pid=""
-teardown() {
-  if mountpoint -q "$mnt"; then
-    if [ -n "$loop" ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid" || true; fi
-  fi
-  [ -n "$pid" ] && { for _ in $(seq 1 600); do alive "$pid" || break; sleep 0.1; done; }
-  [ -n "$loop" ] && losetup -d "$loop"
-  loop=""; pid=""; rm -f "$img"
-}
-trap 'teardown; rm -rf "$work"' EXIT
+bench_init moafs-bench
 
 setup_target() {
   truncate -s "$SIZE" "$img"
@@ -67,8 +56,8 @@ for r in $(seq 1 "$REPS"); do
   for t in $TARGETS; do
     setup_target "$t"; postmark_once >> "$work/$t.pm"
     if [ -n "$pid" ]; then awk '/VmHWM/{print $2}' "/proc/$pid/status" > "$work/$t.mem"; fi
-    teardown
-    setup_target "$t"; seqw >> "$work/$t.sw"; seqr >> "$work/$t.sr"; teardown
+    bench_teardown
+    setup_target "$t"; seqw >> "$work/$t.sw"; seqr >> "$work/$t.sr"; bench_teardown
     echo "  $t rep $r: postmark $(tail -1 "$work/$t.pm") s, seq write $(tail -1 "$work/$t.sw") s, seq read $(tail -1 "$work/$t.sr") s" >&2
   done
 done

@@ -15,18 +15,7 @@ WORKLOADS=${WORKLOADS:-"small medium large"}
 BUFFERS=${BUFFERS:-"512 4096 8192"}
 TX_SCALE=${TX_SCALE:-1}
 TARGETS=${TARGETS:-"moafs:writeback moafs:ordered moafs:data ext4:writeback ext4:ordered ext4:journal"}
-work=$(mktemp -d /dev/shm/moafs-jbench.XXXXXX)
-mnt=$work/mnt; img=$work/img; mkdir -p "$mnt"
-loop=""; pid=""
-teardown() {
-  if mountpoint -q "$mnt"; then
-    if [ -n "$loop" ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid" || true; fi
-  fi
-  [ -n "$pid" ] && { for _ in $(seq 1 600); do alive "$pid" || break; sleep 0.1; done; }
-  [ -n "$loop" ] && losetup -d "$loop"
-  loop=""; pid=""; rm -f "$img"
-}
-trap 'teardown; rm -rf "$work"' EXIT
+bench_init moafs-jbench
 
 # Workloads (paper 004 names them small / medium / large without the numbers; these follow
 # its description: few files with many transactions, then more files, then more of both).
@@ -80,7 +69,7 @@ for r in $(seq 1 "$REPS"); do
   for wl in $WORKLOADS; do for buf in $BUFFERS; do for t in $TARGETS; do
     setup_target "$t"
     res=$(postmark_once "$wl" "$buf")
-    teardown
+    bench_teardown
     echo "$res" >> "$work/$wl.$buf.${t/:/-}"
     echo "  rep $r $wl buf $buf $t: $res" >&2
   done; done; done
@@ -95,8 +84,11 @@ for wl in $WORKLOADS; do for buf in $BUFFERS; do
     rd=$(awk '{r+=$2/$1; n++} END{printf "%.1f", r/n}' "$f")
     wr=$(awk '{w+=$3/$1; n++} END{printf "%.1f", w/n}' "$f")
     base="$work/$wl.$buf.${t%%:*}-writeback"
-    bmean=$(stats < "$base"); bmean=${bmean%% *}
-    printf "| %s | %s | %s | %s | %s | %s | %.2fx |\n" "$wl" "$buf" "$t" "$st" "$rd" "$wr" \
-      "$(echo "$mean / $bmean" | bc -l)"
+    rel=-
+    if [ -s "$base" ]; then
+      bmean=$(stats < "$base"); bmean=${bmean%% *}
+      rel=$(printf "%.2fx" "$(echo "$mean / $bmean" | bc -l)")
+    fi
+    printf "| %s | %s | %s | %s | %s | %s | %s |\n" "$wl" "$buf" "$t" "$st" "$rd" "$wr" "$rel"
   done
 done; done

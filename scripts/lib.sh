@@ -19,3 +19,22 @@ unmount_wait() {
     return 1
   fi
 }
+
+# Benchmark targets on a scratch image: bench_init creates $work (in /dev/shm), $mnt, $img and
+# arms an EXIT trap that tears everything down; bench_teardown unmounts the current target
+# (a moafs daemon via unmount_wait, a kernel mount and its loop device) and removes the image.
+bench_init() {
+  work=$(mktemp -d "/dev/shm/$1.XXXXXX")
+  mnt=$work/mnt; img=$work/img; mkdir -p "$mnt"
+  loop=""; pid=""
+  trap 'bench_teardown; rm -rf "$work"' EXIT
+}
+
+bench_teardown() {
+  if mountpoint -q "$mnt"; then
+    if [ -n "$loop" ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid" || true; fi
+  fi
+  [ -n "$pid" ] && { for _ in $(seq 1 600); do alive "$pid" || break; sleep 0.1; done; }
+  [ -n "$loop" ] && losetup -d "$loop"
+  loop=""; pid=""; rm -f "$img"
+}

@@ -144,50 +144,32 @@ pub fn iov_len(bufs: &[&[u8]]) -> u64 {
     bufs.iter().map(|b| b.len() as u64).sum()
 }
 
-impl<T: BlockDevice + ?Sized> BlockDevice for &T {
-    fn size(&self) -> u64 {
-        (**self).size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
-        (**self).read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
-        (**self).write_at(offset, buf)
-    }
-    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        (**self).writev_at(offset, bufs)
-    }
-    fn flush(&self) -> DevResult<()> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
-        (**self).discard(offset, len)
-    }
-    fn counters(&self) -> DeviceCounters {
-        (**self).counters()
-    }
+/// A reference or an `Arc` to a device is a device.
+macro_rules! forward_block_device {
+    ($($ptr:ty),*) => {$(
+        impl<T: BlockDevice + ?Sized> BlockDevice for $ptr {
+            fn size(&self) -> u64 {
+                (**self).size()
+            }
+            fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+                (**self).read_at(offset, buf)
+            }
+            fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
+                (**self).write_at(offset, buf)
+            }
+            fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
+                (**self).writev_at(offset, bufs)
+            }
+            fn flush(&self) -> DevResult<()> {
+                (**self).flush()
+            }
+            fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
+                (**self).discard(offset, len)
+            }
+            fn counters(&self) -> DeviceCounters {
+                (**self).counters()
+            }
+        }
+    )*};
 }
-
-impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
-    fn size(&self) -> u64 {
-        (**self).size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
-        (**self).read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
-        (**self).write_at(offset, buf)
-    }
-    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        (**self).writev_at(offset, bufs)
-    }
-    fn flush(&self) -> DevResult<()> {
-        (**self).flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
-        (**self).discard(offset, len)
-    }
-    fn counters(&self) -> DeviceCounters {
-        (**self).counters()
-    }
-}
+forward_block_device!(&T, std::sync::Arc<T>);
