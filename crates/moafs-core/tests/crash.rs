@@ -41,6 +41,11 @@ enum Op {
     Unlink(String),
     Rename(String, String),
     Link(String, String),
+    /// An empty directory `e` made or removed at the root.
+    Mkdir,
+    Rmdir,
+    /// `user.x` set on a file to 1..=255 bytes of one value.
+    SetXattr(String, u8, usize),
 }
 
 /// The expected file system: names → inode, inode → contents.
@@ -48,14 +53,28 @@ enum Op {
 struct Model {
     names: BTreeMap<String, u64>,
     data: HashMap<u64, Vec<u8>>,
+    xattrs: HashMap<u64, Vec<u8>>,
+    /// Inode of the directory `e` when it exists.
+    dir_e: Option<u64>,
 }
 
 impl Model {
+    /// Files by path; `PATH@x` holds a file's `user.x`; `e/` the directory `e`.
     fn tree(&self) -> Tree {
-        self.names
+        let mut t: Tree = self
+            .names
             .iter()
             .map(|(p, i)| (p.clone(), (*i, self.data[i].clone())))
-            .collect()
+            .collect();
+        for (p, i) in &self.names {
+            if let Some(x) = self.xattrs.get(i) {
+                t.insert(format!("{p}@x"), (*i, x.clone()));
+            }
+        }
+        if let Some(e) = self.dir_e {
+            t.insert("e/".into(), (e, Vec::new()));
+        }
+        t
     }
     fn files(&self) -> Vec<String> {
         self.names.keys().cloned().collect()
@@ -121,6 +140,7 @@ fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
             let ino = m.names.remove(p).expect("named");
             if !m.names.values().any(|i| *i == ino) {
                 m.data.remove(&ino);
+                m.xattrs.remove(&ino);
             }
         }
         Op::Rename(a, b) => {
@@ -135,6 +155,7 @@ fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
             if let Some(old) = m.names.insert(b.clone(), ino) {
                 if old != ino && !m.names.values().any(|i| *i == old) {
                     m.data.remove(&old);
+                    m.xattrs.remove(&old);
                 }
             }
         }
@@ -143,6 +164,18 @@ fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
             let ino = m.names[a];
             fs.link(ino, db, nb.as_bytes()).expect("link");
             m.names.insert(b.clone(), ino);
+        }
+        Op::Mkdir => m.dir_e = Some(fs.mkdir(ROOT_INO, b"e", 0o755, who).expect("mkdir").ino),
+        Op::Rmdir => {
+            fs.rmdir(ROOT_INO, b"e").expect("rmdir");
+            m.dir_e = None;
+        }
+        Op::SetXattr(p, v, n) => {
+            let ino = m.names[p];
+            let val = vec![*v; *n];
+            fs.setxattr(ino, b"user.x", &val, Default::default())
+                .expect("setxattr");
+            m.xattrs.insert(ino, val);
         }
     }
 }
@@ -185,10 +218,16 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                         vec![Op::Rename(f, to)]
                     }
                 }
-                _ => match free.first() {
+                92..=94 => match free.first() {
                     Some(n) => vec![Op::Link(f, n.to_string())],
                     None => vec![Op::Sync],
                 },
+                95..=96 => vec![Op::SetXattr(f, rng.gen(), rng.gen_range(1..256))],
+                _ => vec![if m.dir_e.is_some() {
+                    Op::Rmdir
+                } else {
+                    Op::Mkdir
+                }],
             }
         }
         // Replace a file's contents by writing a temporary and renaming it over, no fsync.
@@ -306,10 +345,16 @@ fn walk(fs: &Fs) -> Tree {
             let path = format!("{prefix}{name}");
             let a = fs.getattr(e.ino).expect("getattr");
             if a.kind == moafs_core::fs::FileKind::Directory {
+                if path != "d" {
+                    out.insert(format!("{path}/"), (e.ino, Vec::new()));
+                }
                 stack.push((e.ino, format!("{path}/")));
             } else {
                 let data = fs.read(e.ino, 0, a.size as u32).expect("read");
                 assert_eq!(data.len() as u64, a.size, "{path}: short read");
+                if let Ok(x) = fs.getxattr(e.ino, b"user.x") {
+                    out.insert(format!("{path}@x"), (e.ino, x));
+                }
                 out.insert(path, (e.ino, data));
             }
         }
@@ -325,6 +370,13 @@ fn matches(got: &Tree, want: &Tree, window: &[Tree], mode: JournalMode) -> bool 
     for ((gp, (gi, gd)), (wp, (wi, wd))) in got.iter().zip(want) {
         if gp != wp || gi != wi || gd.len() != wd.len() {
             return false;
+        }
+        if gp.ends_with("@x") || gp.ends_with('/') {
+            // Metadata: exact in every mode.
+            if gd != wd {
+                return false;
+            }
+            continue;
         }
         match mode {
             JournalMode::Data => {
@@ -511,6 +563,7 @@ fn model_only(m: &mut Model, op: &Op) {
             let ino = m.names.remove(p).expect("named");
             if !m.names.values().any(|i| *i == ino) {
                 m.data.remove(&ino);
+                m.xattrs.remove(&ino);
             }
         }
         Op::Rename(a, b) => {
@@ -521,12 +574,20 @@ fn model_only(m: &mut Model, op: &Op) {
             if let Some(old) = m.names.insert(b.clone(), ino) {
                 if old != ino && !m.names.values().any(|i| *i == old) {
                     m.data.remove(&old);
+                    m.xattrs.remove(&old);
                 }
             }
         }
         Op::Link(a, b) => {
             let ino = m.names[a];
             m.names.insert(b.clone(), ino);
+        }
+        // The engine chooses the inode number: a placeholder no tree matches (as for create).
+        Op::Mkdir => m.dir_e = Some(u64::MAX),
+        Op::Rmdir => m.dir_e = None,
+        Op::SetXattr(p, v, n) => {
+            let ino = m.names[p];
+            m.xattrs.insert(ino, vec![*v; *n]);
         }
     }
 }
