@@ -104,80 +104,52 @@ fn parent_of(path: &str, d: u64) -> (u64, &str) {
 fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
     let who = common::ME;
     match op {
+        // The engine chooses inode numbers: the model takes them from its answer.
         Op::Create(p) => {
             let (dir, n) = parent_of(p, d);
             let a = fs.create(dir, n.as_bytes(), 0o644, who).expect("create");
             m.names.insert(p.clone(), a.ino);
             m.data.insert(a.ino, Vec::new());
+            return;
+        }
+        Op::Mkdir => {
+            m.dir_e = Some(fs.mkdir(ROOT_INO, b"e", 0o755, who).expect("mkdir").ino);
+            return;
         }
         Op::Write(p, off, len, b) => {
-            let ino = m.names[p];
-            let buf = vec![*b; *len];
-            fs.write(ino, *off as u64, &buf).expect("write");
-            let v = m.data.get_mut(&ino).expect("file");
-            if v.len() < off + len {
-                v.resize(off + len, 0);
-            }
-            v[*off..off + len].copy_from_slice(&buf);
+            fs.write(m.names[p], *off as u64, &vec![*b; *len])
+                .expect("write");
         }
         Op::Truncate(p, size) => {
-            let ino = m.names[p];
-            fs.setattr(
-                ino,
-                &moafs_core::fs::SetAttr {
-                    size: Some(*size as u64),
-                    ..Default::default()
-                },
-            )
-            .expect("truncate");
-            m.data.get_mut(&ino).expect("file").resize(*size, 0);
+            let set = moafs_core::fs::SetAttr {
+                size: Some(*size as u64),
+                ..Default::default()
+            };
+            fs.setattr(m.names[p], &set).expect("truncate");
         }
         Op::Fsync(p) => fs.fsync(m.names[p], false).expect("fsync"),
         Op::Sync => fs.sync().expect("sync"),
         Op::Unlink(p) => {
             let (dir, n) = parent_of(p, d);
             fs.unlink(dir, n.as_bytes()).expect("unlink");
-            let ino = m.names.remove(p).expect("named");
-            if !m.names.values().any(|i| *i == ino) {
-                m.data.remove(&ino);
-                m.xattrs.remove(&ino);
-            }
         }
         Op::Rename(a, b) => {
             let (da, na) = parent_of(a, d);
             let (db, nb) = parent_of(b, d);
             fs.rename(da, na.as_bytes(), db, nb.as_bytes(), RenameFlags::default())
                 .expect("rename");
-            if m.names.get(b) == m.names.get(a) {
-                return; // two names of one inode: POSIX rename does nothing
-            }
-            let ino = m.names.remove(a).expect("named");
-            if let Some(old) = m.names.insert(b.clone(), ino) {
-                if old != ino && !m.names.values().any(|i| *i == old) {
-                    m.data.remove(&old);
-                    m.xattrs.remove(&old);
-                }
-            }
         }
         Op::Link(a, b) => {
             let (db, nb) = parent_of(b, d);
-            let ino = m.names[a];
-            fs.link(ino, db, nb.as_bytes()).expect("link");
-            m.names.insert(b.clone(), ino);
+            fs.link(m.names[a], db, nb.as_bytes()).expect("link");
         }
-        Op::Mkdir => m.dir_e = Some(fs.mkdir(ROOT_INO, b"e", 0o755, who).expect("mkdir").ino),
-        Op::Rmdir => {
-            fs.rmdir(ROOT_INO, b"e").expect("rmdir");
-            m.dir_e = None;
-        }
+        Op::Rmdir => fs.rmdir(ROOT_INO, b"e").expect("rmdir"),
         Op::SetXattr(p, v, n) => {
-            let ino = m.names[p];
-            let val = vec![*v; *n];
-            fs.setxattr(ino, b"user.x", &val, Default::default())
+            fs.setxattr(m.names[p], b"user.x", &vec![*v; *n], Default::default())
                 .expect("setxattr");
-            m.xattrs.insert(ino, val);
         }
     }
+    model_only(m, op);
 }
 
 /// Generates the next operation of workload `name` (always valid for the model).
