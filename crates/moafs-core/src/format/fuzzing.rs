@@ -20,8 +20,8 @@ pub fn decode_resealed(kind: u8, data: &[u8]) -> usize {
     let raw = decode(kind, &b);
     match kind % COUNT {
         0 => seal(&mut b[..256], SB_CRC_AT, 0),
-        1 => seal(&mut b[..64], 60, 7),
-        2 => seal(&mut b[..INODE_BYTES], 252, 5),
+        1 => seal(&mut b[..64], super::group::CRC_AT, 7),
+        2 => seal(&mut b[..INODE_BYTES], super::inode::CRC_AT, 5),
         3 => seal(&mut b, 4, dir_salt(5, 0)),
         4 => {
             let at = b.len() - 4;

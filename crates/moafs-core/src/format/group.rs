@@ -4,7 +4,7 @@ use super::{get_u32, put_u32, seal, verify};
 use crate::error::{FsError, FsResult};
 
 pub const GROUP_MAGIC: u32 = u32::from_le_bytes(*b"MGRP");
-const CRC_AT: usize = 60;
+pub(crate) const CRC_AT: usize = 60;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupHeader {

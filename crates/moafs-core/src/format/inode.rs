@@ -6,7 +6,7 @@ use crate::error::FsResult;
 pub const INODE_BYTES: usize = 256;
 /// Direct block pointers per inode: a "small file" has at most this many blocks.
 pub const N_DIRECT: usize = 12;
-const CRC_AT: usize = 252;
+pub(crate) const CRC_AT: usize = 252;
 
 /// An inode as stored. `mode` holds the file type bits and the permission bits as `st_mode`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -15,6 +15,7 @@
 
 use super::{get_u32, get_u64, put_u32, put_u64, seal, verify};
 use crate::error::{FsError, FsResult};
+use std::borrow::Cow;
 
 pub const JOURNAL_MAGIC: &[u8; 4] = b"MJNL";
 pub const KIND_DESCRIPTOR: u32 = 1;
@@ -165,24 +166,25 @@ pub fn body_crc(salt: u64, blocks: &[&[u8]]) -> u32 {
     c
 }
 
-/// Encodes a whole transaction: descriptors, (escaped) payloads, commit.
-pub fn encode_txn(
+/// Encodes a whole transaction: descriptors, payloads, commit, in order. Payloads are the
+/// caller's blocks, borrowed; only one that must be escaped is copied.
+pub fn encode_txn<'a>(
     seq: u64,
     checkpointed: u64,
-    writes: &[(u64, &[u8])],
+    writes: &'a [(u64, Vec<u8>)],
     block_size: u32,
     salt: u64,
-) -> Vec<Vec<u8>> {
+) -> Vec<Cow<'a, [u8]>> {
     let per = tags_per_descriptor(block_size);
     let count = writes.len().div_ceil(per).max(1);
-    let mut out = Vec::with_capacity(txn_blocks(writes.len(), block_size));
+    let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(txn_blocks(writes.len(), block_size));
     let mut payloads = Vec::with_capacity(writes.len());
     let mut tags = Vec::with_capacity(writes.len());
     for (target, data) in writes {
         let mut flags = TAG_BLOCK;
-        let mut p = data.to_vec();
-        if &p[0..4] == JOURNAL_MAGIC {
-            p[0..4].fill(0);
+        let mut p = Cow::Borrowed(&data[..]);
+        if data.starts_with(JOURNAL_MAGIC) {
+            p.to_mut()[0..4].fill(0);
             flags |= TAG_ESCAPED;
         }
         tags.push(Tag {
@@ -205,7 +207,8 @@ pub fn encode_txn(
                 payload: writes.len() as u32,
                 tags: chunk,
             }
-            .encode(block_size, salt),
+            .encode(block_size, salt)
+            .into(),
         );
     }
     out.extend(payloads);
@@ -218,7 +221,8 @@ pub fn encode_txn(
             blocks,
             body_crc: crc,
         }
-        .encode(block_size, salt),
+        .encode(block_size, salt)
+        .into(),
     );
     out
 }
@@ -234,7 +238,7 @@ mod tests {
         let mut evil = vec![7u8; bs as usize];
         evil[0..4].copy_from_slice(JOURNAL_MAGIC);
         let plain = vec![1u8; bs as usize];
-        let writes: Vec<(u64, &[u8])> = vec![(10, &plain), (11, &evil)];
+        let writes = vec![(10, plain), (11, evil)];
         let blocks = encode_txn(5, 3, &writes, bs, salt);
         assert_eq!(blocks.len(), txn_blocks(2, bs));
         let d = Descriptor::decode(&blocks[0], salt, 0).unwrap().unwrap();
@@ -248,7 +252,7 @@ mod tests {
         // Another salt (another file system) does not validate.
         assert!(Descriptor::decode(&blocks[0], salt + 1, 0).is_err());
         // A flipped bit is caught.
-        let mut bad = blocks[0].clone();
+        let mut bad = blocks[0].to_vec();
         bad[100] ^= 1;
         assert!(Descriptor::decode(&bad, salt, 0).is_err());
     }
@@ -257,8 +261,9 @@ mod tests {
     fn many_tags_span_descriptors() {
         let bs = 4096;
         let per = tags_per_descriptor(bs);
-        let data = vec![0u8; bs as usize];
-        let writes: Vec<(u64, &[u8])> = (0..per as u64 + 3).map(|i| (i, &data[..])).collect();
+        let writes: Vec<(u64, Vec<u8>)> = (0..per as u64 + 3)
+            .map(|i| (i, vec![0u8; bs as usize]))
+            .collect();
         let blocks = encode_txn(1, 0, &writes, bs, 9);
         assert_eq!(blocks.len(), 2 + per + 3 + 1);
         let d1 = Descriptor::decode(&blocks[1], 9, 1).unwrap().unwrap();

@@ -135,8 +135,7 @@ impl Inner {
         };
         let j = self.journal.as_mut().expect("placed in the journal");
         let seq = j.seq + 1;
-        let refs: Vec<(u64, &[u8])> = writes.iter().map(|(b, d)| (*b, &d[..])).collect();
-        let blocks = encode_txn(seq, j.checkpointed, &refs, bs as u32, j.salt);
+        let blocks = encode_txn(seq, j.checkpointed, &writes, bs as u32, j.salt);
         let at = (j.start + pos) * bs as u64;
         let bufs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
         self.dev.writev_at(at, &bufs)?;

@@ -74,7 +74,7 @@ pub struct Fs {
 
 impl Fs {
     /// Mounts the file system on `dev`.
-    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> FsResult<Fs> {
+    pub fn mount(mut dev: Arc<dyn BlockDevice>, opts: MountOptions) -> FsResult<Fs> {
         let mut sb = read_superblock(dev.as_ref())?;
         let mut last_seq = sb.journal_seq;
         if sb.state != STATE_CLEAN && sb.has_journal() {
@@ -86,24 +86,19 @@ impl Fs {
             };
             last_seq = last_seq.max(r.last_seq);
             if opts.read_only && !r.blocks.is_empty() {
-                let overlay: Arc<dyn BlockDevice> = Arc::new(crate::device::OverlayDevice::new(
+                dev = Arc::new(crate::device::OverlayDevice::new(
                     dev,
                     sb.block_size,
                     r.blocks,
                 ));
-                return Fs::mount_replayed(overlay, opts, last_seq);
             }
             sb = read_superblock(dev.as_ref())?;
         }
-        Fs::mount_replayed_sb(dev, opts, sb, last_seq)
+        Fs::mount_replayed(dev, opts, sb, last_seq)
     }
 
-    fn mount_replayed(dev: Arc<dyn BlockDevice>, opts: MountOptions, seq: u64) -> FsResult<Fs> {
-        let sb = read_superblock(dev.as_ref())?;
-        Fs::mount_replayed_sb(dev, opts, sb, seq)
-    }
-
-    fn mount_replayed_sb(
+    /// Mounts once the journal has been replayed (or is replayed by `dev`, an overlay).
+    fn mount_replayed(
         dev: Arc<dyn BlockDevice>,
         opts: MountOptions,
         sb: Superblock,
