@@ -2,6 +2,7 @@
 # Issue-2 benchmark (not a test): Postmark FSL and 1 GiB sequential write/read on moafs (FUSE)
 # vs fuse2fs vs kernel ext4 on a loop device; all images in /dev/shm, same size, same run.
 # Usage: REPS=3 scripts/bench-foundation.sh   (prints a table; cleans up mounts and loops)
+# TARGETS= picks targets among moafs, moafs-devfuse (uring=off), ext4, fuse2fs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -17,6 +18,9 @@ setup_target() {
   case $1 in
     moafs) "$MOAFS" mkfs "$img" >/dev/null
            "$MOAFS" mount -o "pidfile=$work/pid" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
+    moafs-devfuse) # moafs served over /dev/fuse instead of io_uring
+           "$MOAFS" mkfs "$img" >/dev/null
+           "$MOAFS" mount -o "pidfile=$work/pid,uring=off" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
     ext4)  mkfs.ext4 -q -F "$img"; loop=$(losetup -f --show "$img"); mount "$loop" "$mnt" ;;
     fuse2fs) mkfs.ext4 -q -F "$img"; fuse2fs -f "$img" "$mnt" -o rw >/dev/null 2>&1 & pid=$!
            for _ in $(seq 1 100); do mountpoint -q "$mnt" && break; sleep 0.1; done ;;

@@ -32,6 +32,16 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub mod poll;
+pub mod uring;
+
+/// Whether to serve FUSE over io_uring (`-o uring=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UringMode {
+    /// Never: /dev/fuse only.
+    Off,
+    /// When the kernel offers it; as root, turn the kernel's `fuse.enable_uring` on first.
+    Auto,
+}
 
 /// How to mount (FUSE side; the engine's own options are `moafs_core::fs::MountOptions`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +67,8 @@ pub struct MountConfig {
     /// Poll the FUSE device while requests keep coming, until this long without one
     /// (`poll_ms=`; zero: always sleep in `read()`). See [`poll`].
     pub poll_window: Duration,
+    /// FUSE over io_uring (per-CPU request queues; see [`uring`]).
+    pub uring: UringMode,
 }
 
 impl Default for MountConfig {
@@ -73,6 +85,7 @@ impl Default for MountConfig {
             read_ahead_kb: 1024,
             bdi_max_ratio: 20,
             poll_window: Duration::from_millis(5),
+            uring: UringMode::Auto,
         }
     }
 }
@@ -82,6 +95,9 @@ pub struct MoafsFuse {
     fs: Arc<Fs>,
     ttl: Duration,
     activity: Arc<Activity>,
+    /// Ask for FUSE_OVER_IO_URING in INIT; `uring_granted` tells whether the kernel agreed.
+    want_uring: bool,
+    uring_granted: Arc<AtomicBool>,
 }
 
 impl MoafsFuse {
@@ -90,7 +106,14 @@ impl MoafsFuse {
             fs,
             ttl: cfg.attr_ttl,
             activity: Arc::new(Activity::default()),
+            want_uring: cfg.uring != UringMode::Off,
+            uring_granted: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Set once FUSE_INIT granted the io_uring transport.
+    pub fn uring_granted(&self) -> &Arc<AtomicBool> {
+        &self.uring_granted
     }
 
     /// The engine this adapter serves.
@@ -247,7 +270,13 @@ impl Filesystem for MoafsFuse {
                 log::info!("kernel does not support {missing:?}");
             }
         }
-        if let Err(nearest) = config.set_max_write(1 << 20) {
+        if self.want_uring {
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(()) => self.uring_granted.store(true, Ordering::SeqCst),
+                Err(_) => log::info!("kernel does not offer FUSE over io_uring"),
+            }
+        }
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
         let _ = config.set_max_background(64);
@@ -902,6 +931,9 @@ impl Drop for MaskGuard {
     }
 }
 
+/// Largest write the kernel may send (and the io_uring payload buffer size).
+const MAX_WRITE: u32 = 1 << 20;
+
 /// Builds fuser's configuration from ours.
 pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
     let mut c = fuser::Config::default();
@@ -975,14 +1007,39 @@ pub fn mount_blocking(
     let mountpoint = mountpoint.canonicalize()?;
     let adapter = MoafsFuse::new(fs.clone(), cfg);
     let activity = adapter.activity().clone();
+    if cfg.uring == UringMode::Auto && !uring::kernel_enabled() && nix::unistd::geteuid().is_root()
+    {
+        match uring::kernel_enable() {
+            Ok(()) => log::info!("turned on the kernel's fuse.enable_uring"),
+            Err(e) => log::info!("cannot turn on fuse.enable_uring: {e}"),
+        }
+    }
+    let uring_granted = adapter.uring_granted().clone();
     let mut session = Session::new(adapter, &mountpoint, &fuser_config(cfg))?;
-    // The thread reading the session's own descriptor polls (fuser gives the other threads
-    // descriptors of their own, which keep sleeping in read()).
-    let poller = if cfg.poll_window.is_zero() {
-        None
+    // FUSE over io_uring when INIT granted it; otherwise /dev/fuse, where the thread reading
+    // the session's own descriptor polls (fuser gives the other threads descriptors of their
+    // own, which keep sleeping in read()).
+    let uring_setup = if uring_granted.load(Ordering::SeqCst) {
+        Some((
+            session.as_fd().try_clone_to_owned()?,
+            uring::UringConfig {
+                queues: uring::possible_cpus()?,
+                depth: 2,
+                payload: MAX_WRITE as usize,
+            },
+        ))
     } else {
-        let fd = session.as_fd().try_clone_to_owned()?;
-        Some(Poller::start(fd, activity, cfg.poll_window)?)
+        None
+    };
+    let poll_fd = session.as_fd().try_clone_to_owned()?;
+    let poller: Mutex<Option<Poller>> = Mutex::new(None);
+    let start_poller = || {
+        if !cfg.poll_window.is_zero() {
+            match Poller::start(poll_fd, activity, cfg.poll_window) {
+                Ok(p) => *poller.lock().unwrap_or_else(|e| e.into_inner()) = Some(p),
+                Err(e) => log::warn!("cannot start polling: {e}"),
+            }
+        }
     };
     // stat() of the mount point is served by this very session: do it from a thread, once
     // `session.run()` below is answering requests (doing it here would deadlock).
@@ -995,8 +1052,22 @@ pub fn mount_blocking(
     let ticker = Ticker::start(fs.clone())?;
     let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;
     log::info!("mounted on {}", mountpoint.display());
-    ready();
-    let res = session.run();
+    let res = session.run_with_extra(|dispatcher| {
+        if let Some((fd, ucfg)) = uring_setup {
+            match uring::start(fd, dispatcher, ucfg) {
+                Ok(workers) => {
+                    log::info!("serving FUSE over io_uring ({} queues)", ucfg.queues);
+                    // Ready once every request path is set up (the /dev/fuse threads run).
+                    ready();
+                    return workers;
+                }
+                Err(e) => log::warn!("FUSE over io_uring unavailable, using /dev/fuse: {e}"),
+            }
+        }
+        start_poller();
+        ready();
+        fuser::ExtraWorkers::default()
+    });
     drop(poller);
     drop(watcher);
     drop(ticker);

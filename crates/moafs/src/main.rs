@@ -10,7 +10,7 @@ use moafs_core::format::Geometry;
 use moafs_core::fs::MountOptions;
 use moafs_core::mkfs::{MkfsOptions, MIN_IMAGE_BYTES};
 use moafs_core::{Fs, FsError};
-use moafs_fuse::MountConfig;
+use moafs_fuse::{MountConfig, UringMode};
 use std::cell::RefCell;
 use std::ffi::OsString;
 use std::fs::File;
@@ -69,7 +69,7 @@ struct MountArgs {
     foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
     /// flush_interval_ms=, ro, direct,
-    /// threads=, attr_ttl_ms=, poll_ms=, allow_other, default_permissions, nodefault_permissions,
+    /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     options: Vec<String>,
@@ -440,6 +440,13 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
             }
             "attr_ttl_ms" => p.fuse.attr_ttl = Duration::from_millis(num(k, v)?),
             "poll_ms" => p.fuse.poll_window = Duration::from_millis(num(k, v)?.min(10_000)),
+            "uring" => {
+                p.fuse.uring = match v {
+                    Some("auto") => UringMode::Auto,
+                    Some("off") => UringMode::Off,
+                    _ => return Err(format!("uring= takes auto or off, not {v:?}")),
+                }
+            }
             "read_ahead_kb" => p.fuse.read_ahead_kb = num(k, v)?.min(u32::MAX as u64) as u32,
             "allow_other" if v.is_none() => p.fuse.allow_other = true,
             "default_permissions" if v.is_none() => p.fuse.default_permissions = true,

@@ -356,6 +356,68 @@ fn mkfifo(path: &Path, mode: u32) {
 
 #[test]
 fn populate_unmount_fsck_remount_identical() {
+    populate_unmount_fsck_remount(""); // FUSE over io_uring where the kernel offers it
+}
+
+#[test]
+fn populate_unmount_fsck_remount_identical_over_dev_fuse() {
+    populate_unmount_fsck_remount("uring=off");
+}
+
+/// Context switches of the daemon's threads whose name starts with `prefix`.
+fn thread_switches(pid: i32, prefix: &str) -> Option<u64> {
+    let mut found = None;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let dir = task.ok()?.path();
+        let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let status = fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let n: u64 = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        found = Some(found.unwrap_or(0) + n);
+    }
+    found
+}
+
+#[test]
+fn io_uring_queues_serve_requests_when_the_kernel_offers_them() {
+    if !can_mount() || !Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
+        return; // no FUSE over io_uring in this kernel: /dev/fuse is tested everywhere else
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "64M");
+    let m = Mounted::new(&img, &mnt, "");
+    let before = thread_switches(m.pid, "moafs-uring-")
+        .expect("no io_uring queue threads although the kernel supports FUSE over io_uring");
+    for i in 0..200 {
+        let path = mnt.join(format!("f{i}"));
+        fs::write(&path, pattern(i * 37, i as u64)).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), pattern(i * 37, i as u64));
+        assert_eq!(fs::metadata(&path).unwrap().len(), (i * 37) as u64);
+    }
+    let after = thread_switches(m.pid, "moafs-uring-").unwrap();
+    assert!(
+        after >= before + 200,
+        "io_uring queue threads did not serve the requests ({before} -> {after} switches)"
+    );
+    m.unmount();
+    assert_fsck_clean(&img);
+    // uring=off: no queue threads
+    let m = Mounted::new(&img, &mnt, "uring=off");
+    assert_eq!(thread_switches(m.pid, "moafs-uring-"), None);
+    assert_eq!(fs::read(mnt.join("f7")).unwrap(), pattern(7 * 37, 7));
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+fn populate_unmount_fsck_remount(opts: &str) {
     if !can_mount() {
         return;
     }
@@ -363,7 +425,7 @@ fn populate_unmount_fsck_remount_identical() {
     let img = tmp.path().join("img");
     let mnt = tmp.path().join("mnt");
     mkfs(&img, "64M");
-    let m = Mounted::new(&img, &mnt, "");
+    let m = Mounted::new(&img, &mnt, opts);
 
     // directories
     fs::create_dir_all(mnt.join("a/b/c")).unwrap();
@@ -428,7 +490,7 @@ fn populate_unmount_fsck_remount_identical() {
     assert!(!is_mounted(&mnt));
     assert_fsck_clean(&img);
 
-    let m = Mounted::new(&img, &mnt, "");
+    let m = Mounted::new(&img, &mnt, opts);
     let after = snapshot(&mnt);
     assert_eq!(before.len(), after.len());
     for (path, node) in &before {

@@ -1,0 +1,791 @@
+//! FUSE over io_uring (Linux 6.14+, `fuse.enable_uring=Y`).
+//!
+//! With plain /dev/fuse every request wakes a daemon thread on whichever CPU the scheduler
+//! picks, usually the other one, and the reply wakes the caller back across CPUs: two
+//! inter-processor wake-ups per round trip, which on a virtual machine dominate the cost of a
+//! small operation (docs/BENCHMARKS.md). The io_uring transport has one request queue per CPU:
+//! the kernel hands a request to the queue of the CPU the caller runs on. moafs serves each
+//! queue from a thread pinned to that CPU, so the caller blocks, the server thread runs on the
+//! same CPU, replies, and the caller continues there — no cross-CPU wake-up at all.
+//!
+//! Protocol (include/uapi/linux/fuse.h, "fuse-io-uring"): after FUSE_INIT negotiated
+//! `FUSE_OVER_IO_URING`, each queue registers ring entries with `IORING_OP_URING_CMD` on the
+//! /dev/fuse descriptor (`FUSE_IO_URING_CMD_REGISTER`, `sqe->addr` = two iovecs: a 288-byte
+//! header — in/out header, per-opcode argument, entry info — and a payload buffer). An entry's
+//! command completes when a request is put into it; the server answers by writing the
+//! `fuse_out_header` into the header and the reply body into the payload, and submits
+//! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which also re-arms the entry. Once every queue has an
+//! entry the kernel sends all requests this way, except FORGET and INTERRUPT, which keep
+//! coming through /dev/fuse (read there by fuser's own threads).
+//!
+//! Requests are put back into /dev/fuse format (header, argument, payload — contiguous, in the
+//! payload buffer's head room, so a 1 MiB write is not copied) and handed to fuser's
+//! dispatcher; the reply it collects is split back into header and body.
+
+use fuser::{CaptureSinkHandle, Dispatched, Dispatcher, ExtraWorkers, Filesystem, ReplySink};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::io;
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// `FUSE_IO_URING_CMD_REGISTER`.
+const CMD_REGISTER: u32 = 1;
+/// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`.
+const CMD_COMMIT_AND_FETCH: u32 = 2;
+/// `FUSE_URING_IN_OUT_HEADER_SZ`: room for `fuse_in_header` / `fuse_out_header`.
+const IN_OUT_SZ: usize = 128;
+/// `FUSE_URING_OP_IN_OUT_SZ`: room for the per-opcode argument (`in_args[0]`).
+const OP_IN_SZ: usize = 128;
+/// `struct fuse_uring_req_header`: in_out, op_in, `fuse_uring_ent_in_out` (32 bytes).
+const HEADER_SZ: usize = IN_OUT_SZ + OP_IN_SZ + 32;
+/// Offset of `fuse_uring_ent_in_out.commit_id` / `.payload_sz` in the header.
+const COMMIT_ID_AT: usize = IN_OUT_SZ + OP_IN_SZ + 8;
+const PAYLOAD_SZ_AT: usize = IN_OUT_SZ + OP_IN_SZ + 16;
+/// `sizeof(struct fuse_in_header)` / `sizeof(struct fuse_out_header)`.
+const IN_HEADER_SZ: usize = 40;
+const OUT_HEADER_SZ: usize = 16;
+/// Head room in front of the payload: the in header and the per-opcode argument are copied
+/// there to rebuild the request in /dev/fuse format without moving the payload.
+const HEAD_ROOM: usize = IN_HEADER_SZ + OP_IN_SZ;
+/// Iovecs per registration (`FUSE_URING_IOV_SEGS`).
+const IOV_SEGS: u32 = 2;
+
+/// How the transport is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct UringConfig {
+    /// Queues: one per possible CPU (the kernel requires all of them).
+    pub queues: usize,
+    /// Ring entries per queue (requests in flight per CPU).
+    pub depth: usize,
+    /// Payload buffer per entry: at least the negotiated max_write and max_pages.
+    pub payload: usize,
+}
+
+/// `true` when the kernel's FUSE module allows the io_uring transport.
+pub fn kernel_enabled() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .map(|s| s.trim() == "Y")
+        .unwrap_or(false)
+}
+
+/// Turns the kernel's `fuse.enable_uring` on (root only). It only allows servers that ask
+/// for the transport in FUSE_INIT to use it; others are not affected.
+pub fn kernel_enable() -> io::Result<()> {
+    std::fs::write("/sys/module/fuse/parameters/enable_uring", "Y")
+}
+
+/// Number of possible CPUs (`/sys/devices/system/cpu/possible`, e.g. "0-1"); the kernel makes
+/// one queue for each.
+pub fn possible_cpus() -> io::Result<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut max = None;
+    for part in s.trim().split(',') {
+        let hi = part.rsplit('-').next().unwrap_or(part);
+        let hi: usize = hi
+            .parse()
+            .map_err(|_| io::Error::other(format!("cannot parse possible CPUs {s:?}")))?;
+        max = Some(max.map_or(hi, |m: usize| m.max(hi)));
+    }
+    max.map(|m| m + 1)
+        .ok_or_else(|| io::Error::other("no possible CPUs"))
+}
+
+/// The two buffers of one ring entry and the iovecs that name them. They are handed to the
+/// kernel at registration and must stay valid as long as the kernel may write into them, so
+/// they are never freed (see [`Queue::drop`]).
+struct Entry {
+    header: Box<[u8]>,
+    /// At least HEAD_ROOM bytes, then (from `at`, page-aligned) the payload the kernel sees.
+    buf: Box<[u8]>,
+    /// Offset of the payload in `buf`: page-aligned in memory, because the kernel's copies
+    /// between the payload and the page cache are several times slower from a misaligned
+    /// source.
+    at: usize,
+}
+
+impl Entry {
+    fn new(payload: usize) -> Entry {
+        const PAGE: usize = 4096;
+        let buf = vec![0u8; HEAD_ROOM + PAGE + payload].into_boxed_slice();
+        let addr = buf.as_ptr() as usize + HEAD_ROOM;
+        let at = HEAD_ROOM + (PAGE - addr % PAGE) % PAGE;
+        Entry {
+            header: vec![0u8; HEADER_SZ].into_boxed_slice(),
+            buf,
+            at,
+        }
+    }
+
+    /// The two iovecs REGISTER hands to the kernel: the header and the payload buffer. The
+    /// kernel copies the iovecs themselves during the submission; the buffers they name must
+    /// stay allocated while the entry is registered (they live on the heap and do not move
+    /// when the `Entry` does).
+    fn iovecs(&mut self) -> [libc::iovec; 2] {
+        [
+            libc::iovec {
+                iov_base: self.header.as_mut_ptr().cast(),
+                iov_len: self.header.len(),
+            },
+            libc::iovec {
+                iov_base: self.buf[self.at..].as_mut_ptr().cast(),
+                iov_len: self.payload_cap(),
+            },
+        ]
+    }
+
+    /// Bytes of payload the kernel may use.
+    fn payload_cap(&self) -> usize {
+        (self.buf.len() - self.at).min(self.buf.len() - HEAD_ROOM - 4096)
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    fn u64_at(b: &[u8], at: usize) -> u64 {
+        u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Rebuilds the request in /dev/fuse format in front of the payload; returns its range in
+    /// `buf` and the commit id, or `None` when the header does not add up.
+    fn request(&mut self) -> Option<(std::ops::Range<usize>, u64)> {
+        let len = Entry::u32_at(&self.header, 0) as usize;
+        let payload = Entry::u32_at(&self.header, PAYLOAD_SZ_AT) as usize;
+        let commit_id = Entry::u64_at(&self.header, COMMIT_ID_AT);
+        let arg0 = len.checked_sub(IN_HEADER_SZ + payload)?;
+        if arg0 > OP_IN_SZ || payload > self.payload_cap() {
+            return None;
+        }
+        let at = self.at;
+        let start = at - IN_HEADER_SZ - arg0;
+        self.buf[start..start + IN_HEADER_SZ].copy_from_slice(&self.header[..IN_HEADER_SZ]);
+        self.buf[start + IN_HEADER_SZ..at]
+            .copy_from_slice(&self.header[IN_OUT_SZ..IN_OUT_SZ + arg0]);
+        Some((start..at + payload, commit_id))
+    }
+
+    /// Puts a reply collected by `sink` into the entry: the `fuse_out_header` into the
+    /// header, the body into the payload (unless it is there already), the body's size into
+    /// the entry info. A missing or oversized reply becomes EIO.
+    fn set_reply(&mut self, st: &mut SinkState, unique: u64) {
+        if !st.direct_done && st.ok() && st.body.len() <= self.payload_cap() {
+            self.buf[self.at..self.at + st.body.len()].copy_from_slice(&st.body);
+            st.len = st.body.len();
+        } else if !st.direct_done || !st.ok() {
+            log::error!("io_uring: reply missing or larger than the payload buffer; EIO");
+            st.out = [0; OUT_HEADER_SZ];
+            st.out[..4].copy_from_slice(&(OUT_HEADER_SZ as u32).to_ne_bytes());
+            st.out[4..8].copy_from_slice(&(-libc::EIO).to_ne_bytes());
+            st.out[8..16].copy_from_slice(&unique.to_ne_bytes());
+            st.len = 0;
+        }
+        self.header[..OUT_HEADER_SZ].copy_from_slice(&st.out);
+        self.header[PAYLOAD_SZ_AT..PAYLOAD_SZ_AT + 4]
+            .copy_from_slice(&(st.len as u32).to_ne_bytes());
+        st.clear();
+    }
+}
+
+/// Where fuser's replies go while a ring request is dispatched.
+#[derive(Debug, Default)]
+struct SinkState {
+    /// The `fuse_out_header`.
+    out: [u8; OUT_HEADER_SZ],
+    /// Header bytes received so far.
+    out_len: usize,
+    /// For requests without payload: the entry's buffer, lent for the dispatch; the body is
+    /// written straight into its payload area (no copy through `body`).
+    direct: Option<Box<[u8]>>,
+    /// The body was written into `direct`.
+    direct_done: bool,
+    /// Payload offset and size in `direct`.
+    at: usize,
+    cap: usize,
+    /// Otherwise the body collects here (small replies to requests that carry a payload,
+    /// which occupies the buffer while the request is served).
+    body: Vec<u8>,
+    /// Body length.
+    len: usize,
+    /// The body did not fit into the payload buffer.
+    overflow: bool,
+    /// Replies received for this request (exactly one expected).
+    replies: u32,
+}
+
+impl SinkState {
+    fn ok(&self) -> bool {
+        self.replies == 1 && self.out_len == OUT_HEADER_SZ && !self.overflow
+    }
+
+    fn clear(&mut self) {
+        self.out_len = 0;
+        self.direct_done = false;
+        self.body.clear();
+        self.len = 0;
+        self.overflow = false;
+        self.replies = 0;
+    }
+}
+
+/// The reply sink of one server thread.
+#[derive(Debug, Default)]
+struct EntrySink(Mutex<SinkState>);
+
+impl EntrySink {
+    fn state(&self) -> std::sync::MutexGuard<'_, SinkState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl ReplySink for EntrySink {
+    fn send(&self, data: &[IoSlice<'_>]) -> io::Result<()> {
+        let mut st = self.state();
+        st.replies += 1;
+        if st.replies > 1 {
+            return Err(io::Error::other("second reply to one request"));
+        }
+        for slice in data {
+            let mut bytes: &[u8] = slice;
+            if st.out_len < OUT_HEADER_SZ {
+                let n = bytes.len().min(OUT_HEADER_SZ - st.out_len);
+                let at = st.out_len;
+                st.out[at..at + n].copy_from_slice(&bytes[..n]);
+                st.out_len += n;
+                bytes = &bytes[n..];
+            }
+            if bytes.is_empty() {
+                continue;
+            }
+            let st = &mut *st;
+            if let Some(buf) = st.direct.as_mut() {
+                let at = st.at + st.len;
+                if st.len + bytes.len() > st.cap {
+                    st.overflow = true;
+                } else {
+                    buf[at..at + bytes.len()].copy_from_slice(bytes);
+                    st.len += bytes.len();
+                    st.direct_done = true;
+                }
+            } else {
+                st.body.extend_from_slice(bytes);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `struct fuse_uring_cmd_req` in the 80-byte command area of a 128-byte SQE.
+fn cmd_area(commit_id: u64, qid: u16) -> [u8; 80] {
+    let mut cmd = [0u8; 80];
+    cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    cmd[16..18].copy_from_slice(&qid.to_ne_bytes());
+    cmd
+}
+
+/// A URING_CMD SQE for /dev/fuse; `iov` (REGISTER only) sets `addr` and `len`.
+fn fuse_cmd(
+    fd: i32,
+    op: u32,
+    commit_id: u64,
+    qid: u16,
+    iov: Option<&[libc::iovec; 2]>,
+    slot: usize,
+) -> squeue::Entry128 {
+    let mut b = opcode::UringCmd80::new(types::Fd(fd), op).cmd(cmd_area(commit_id, qid));
+    if let Some(iov) = iov {
+        b = b.addr(Some(iov.as_ptr() as u64));
+    }
+    let sqe = b.build().user_data(slot as u64);
+    if iov.is_none() {
+        return sqe;
+    }
+    // io-uring's builder has no setter for `len`, which FUSE reads as the iovec count.
+    // SAFETY: Entry128 is `#[repr(C)]` around `io_uring_sqe` (plain integers and unions of
+    // integers) and 64 command bytes: 128 bytes in which every bit pattern is valid, so it
+    // may be viewed as bytes and changed. `len` is the u32 at offset 24 of `io_uring_sqe`.
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute::<squeue::Entry128, [u8; 128]>(sqe) };
+    raw[24..28].copy_from_slice(&IOV_SEGS.to_ne_bytes());
+    // SAFETY: as above; the bytes came from a valid Entry128 and only `len` changed.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+}
+
+/// The server thread of a queue: its ring and the entries armed in it.
+struct Server<FS: Filesystem> {
+    qid: u16,
+    fd: i32,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    /// Entries armed in this ring; `user_data` is the index.
+    slots: Vec<Option<Entry>>,
+    dispatcher: Dispatcher<FS>,
+    sink: Arc<EntrySink>,
+    handle: CaptureSinkHandle,
+    /// A request without payload, rebuilt in /dev/fuse format (the entry's buffer is lent to
+    /// the sink meanwhile).
+    small_req: Vec<u8>,
+}
+
+impl<FS: Filesystem> Server<FS> {
+    fn push(&mut self, sqe: &squeue::Entry128) -> io::Result<()> {
+        loop {
+            // SAFETY: the SQE refers to an entry's header/payload/iovecs or to `wake_buf`,
+            // which stay allocated as long as the kernel may use them (entries are never
+            // freed, see `Drop`; `wake_buf` lives as long as the ring).
+            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+    }
+
+    /// Takes the completions that are ready: (`user_data`, result).
+    fn completions(&mut self) -> Vec<(u64, i32)> {
+        self.ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect()
+    }
+
+    fn free_slot(&mut self) -> usize {
+        match self.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    /// Commits the reply in `entry` and re-arms it in this ring.
+    fn commit(&mut self, entry: Entry, commit_id: u64) -> io::Result<()> {
+        let slot = self.free_slot();
+        let sqe = fuse_cmd(
+            self.fd,
+            CMD_COMMIT_AND_FETCH,
+            commit_id,
+            self.qid,
+            None,
+            slot,
+        );
+        self.slots[slot] = Some(entry);
+        self.push(&sqe)
+    }
+
+    /// Registers `entries`; an error completion from any of them is returned.
+    fn register(&mut self, entries: Vec<Entry>) -> io::Result<()> {
+        // The iovec arrays must stay put until the kernel has read them (at submission).
+        let mut iovs: Vec<Box<[libc::iovec; 2]>> = Vec::new();
+        for mut e in entries {
+            let iov = Box::new(e.iovecs());
+            let slot = self.free_slot();
+            let sqe = fuse_cmd(self.fd, CMD_REGISTER, 0, self.qid, Some(&iov), slot);
+            iovs.push(iov);
+            self.slots[slot] = Some(e);
+            self.push(&sqe)?;
+        }
+        self.ring.submit()?;
+        drop(iovs);
+        // A successful REGISTER stays pending until a request arrives; errors complete now.
+        for (ud, res) in self.completions() {
+            if res < 0 {
+                return Err(io::Error::from_raw_os_error(-res));
+            }
+            self.completed(ud)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the request in `entry` through fuser and writes the reply into the entry.
+    /// Returns the commit id and whether the kernel is tearing the file system down.
+    fn serve(&mut self, entry: &mut Entry) -> (u64, bool) {
+        let unique = Entry::u64_at(&entry.header, 8);
+        let payload = Entry::u32_at(&entry.header, PAYLOAD_SZ_AT);
+        let commit_id = Entry::u64_at(&entry.header, COMMIT_ID_AT);
+        let outcome = match entry.request() {
+            None => {
+                log::error!("io_uring: malformed request header; answering EIO");
+                None
+            }
+            Some((range, _)) if payload == 0 => {
+                // The request is header and argument only: copy those out (at most 168
+                // bytes) and lend the buffer to the sink, which writes the reply body (a
+                // read's data) straight into the payload area.
+                self.small_req.clear();
+                self.small_req.extend_from_slice(&entry.buf[range]);
+                {
+                    let mut st = self.sink.state();
+                    st.at = entry.at;
+                    st.cap = entry.payload_cap();
+                    st.direct = Some(std::mem::take(&mut entry.buf));
+                }
+                let outcome = self.dispatcher.dispatch(&self.small_req, &self.handle);
+                if let Some(buf) = self.sink.state().direct.take() {
+                    entry.buf = buf;
+                }
+                Some(outcome)
+            }
+            Some((range, _)) => Some(self.dispatcher.dispatch(&entry.buf[range], &self.handle)),
+        };
+        if outcome == Some(Dispatched::Invalid) {
+            log::error!("io_uring: request fuser could not parse; answering EIO");
+        }
+        let mut st = self.sink.state();
+        entry.set_reply(&mut st, unique);
+        (commit_id, outcome == Some(Dispatched::Destroy))
+    }
+
+    /// Serves the request that arrived in slot `ud` and re-arms its entry.
+    fn completed(&mut self, ud: u64) -> io::Result<()> {
+        let slot = ud as usize;
+        let Some(mut entry) = self.slots.get_mut(slot).and_then(Option::take) else {
+            return Err(io::Error::other(format!(
+                "io_uring: completion for empty slot {ud}"
+            )));
+        };
+        let (commit_id, destroy) = self.serve(&mut entry);
+        if destroy {
+            log::debug!("io_uring queue {}: destroy", self.qid);
+        }
+        self.commit(entry, commit_id)
+    }
+
+    /// Serves requests until the connection ends or `stop` is set.
+    fn run(&mut self, stop: &AtomicBool) {
+        let wait = types::Timespec::from(Duration::from_millis(200));
+        let args = types::SubmitArgs::new().timespec(&wait);
+        while !stop.load(Ordering::Relaxed) {
+            match self.ring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                    ) => {}
+                Err(e) => {
+                    log::error!("io_uring queue {}: {e}", self.qid);
+                    return;
+                }
+            }
+            for (ud, res) in self.completions() {
+                if res < 0 {
+                    // ENOTCONN / ENODEV: the connection is being torn down.
+                    let e = io::Error::from_raw_os_error(-res);
+                    log::debug!("io_uring queue {} slot {ud}: {e}", self.qid);
+                    return;
+                }
+                if let Err(e) = self.completed(ud) {
+                    log::error!("io_uring queue {}: {e}", self.qid);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl<FS: Filesystem> Drop for Server<FS> {
+    fn drop(&mut self) {
+        // The kernel holds the entries' buffers until it tears the queue down, which may be
+        // after this thread is gone: leave them allocated (a few MiB, at unmount only).
+        std::mem::forget(std::mem::take(&mut self.slots));
+    }
+}
+
+/// Puts the calling thread in SCHED_IDLE. The scheduler counts a CPU that runs only
+/// SCHED_IDLE threads as idle when it places a waking task, so a caller woken by our reply
+/// stays on its own CPU (where the next request is served again) instead of being moved to
+/// the other, halted one — which costs an inter-processor wake-up per round trip. The thread
+/// sleeps while its caller runs, so it yields nothing in the common case; under CPU contention
+/// it runs at the lowest weight (measured in docs/BENCHMARKS.md).
+fn sched_idle() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param` (a valid, initialised struct on our stack) and
+    // changes only the calling thread's policy (pid 0).
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).map_err(io::Error::from)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
+}
+
+/// What a server thread needs to start.
+struct Plan<FS: Filesystem> {
+    qid: usize,
+    depth: usize,
+    payload: usize,
+    dev: Arc<OwnedFd>,
+    dispatcher: Dispatcher<FS>,
+}
+
+impl<FS: Filesystem> Plan<FS> {
+    fn setup(self) -> io::Result<Server<FS>> {
+        // A CPU that is possible but offline cannot run the thread; its queue still needs
+        // entries, served from wherever the scheduler puts us.
+        if let Err(e) = pin_to_cpu(self.qid) {
+            log::info!("io_uring queue {}: not pinned: {e}", self.qid);
+        }
+        if let Err(e) = sched_idle() {
+            log::info!("io_uring queue {}: SCHED_IDLE refused: {e}", self.qid);
+        }
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_coop_taskrun()
+            .build((self.depth as u32 * 2).next_power_of_two())?;
+        let qid = u16::try_from(self.qid).map_err(|_| io::Error::other("too many CPUs"))?;
+        let entries = (0..self.depth).map(|_| Entry::new(self.payload)).collect();
+        let sink = Arc::new(EntrySink::default());
+        let mut server = Server {
+            qid,
+            fd: self.dev.as_raw_fd(),
+            ring,
+            slots: Vec::new(),
+            dispatcher: self.dispatcher,
+            sink: sink.clone(),
+            handle: CaptureSinkHandle::new(sink),
+            small_req: Vec::with_capacity(HEAD_ROOM),
+        };
+        server.register(entries)?;
+        Ok(server)
+    }
+}
+
+/// Starts one server thread per queue on `dev` (a duplicate of the session's /dev/fuse
+/// descriptor), pinned to the queue's CPU and in SCHED_IDLE, with `cfg.depth` entries each.
+/// Returns once every entry is registered, or the first error (the session then keeps using
+/// /dev/fuse: the kernel switches to the rings only when every queue has entries).
+pub fn start<FS: Filesystem>(
+    dev: OwnedFd,
+    dispatcher: Dispatcher<FS>,
+    cfg: UringConfig,
+) -> io::Result<ExtraWorkers> {
+    let dev = Arc::new(dev);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<io::Result<()>>();
+    let mut threads = Vec::new();
+    let mut first_err = None;
+    for qid in 0..cfg.queues {
+        let plan = Plan {
+            qid,
+            depth: cfg.depth,
+            payload: cfg.payload,
+            dev: dev.clone(),
+            dispatcher: dispatcher.clone(),
+        };
+        match spawn(format!("moafs-uring-{qid}"), plan, &stop, &tx) {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                first_err.get_or_insert(e);
+                break;
+            }
+        }
+    }
+    for _ in 0..threads.len() {
+        let res = match rx.recv() {
+            Ok(res) => res,
+            Err(_) => Err(io::Error::other("io_uring thread ended early")),
+        };
+        if let Err(e) = res {
+            first_err.get_or_insert(e);
+        }
+    }
+    let stop_all: Box<dyn FnOnce() + Send> = Box::new(move || stop.store(true, Ordering::SeqCst));
+    let workers = ExtraWorkers {
+        threads,
+        stop: Some(stop_all),
+    };
+    match first_err {
+        None => Ok(workers),
+        Some(e) => {
+            if let Some(stop) = workers.stop {
+                stop();
+            }
+            for t in workers.threads {
+                let _ = t.join();
+            }
+            Err(e)
+        }
+    }
+}
+
+fn spawn<FS: Filesystem>(
+    name: String,
+    plan: Plan<FS>,
+    stop: &Arc<AtomicBool>,
+    tx: &mpsc::Sender<io::Result<()>>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let (stop, tx) = (stop.clone(), tx.clone());
+    std::thread::Builder::new().name(name).spawn(move || {
+        let dev = plan.dev.clone();
+        match plan.setup() {
+            Ok(mut server) => {
+                let _ = tx.send(Ok(()));
+                server.run(&stop);
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+        drop(dev);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_is_rebuilt_in_dev_fuse_format() {
+        let mut e = Entry::new(4096);
+        // fuse_in_header: len = 40 + 16 (arg0) + 5 (payload), opcode 16 (WRITE), unique 7
+        let len = (IN_HEADER_SZ + 16 + 5) as u32;
+        e.header[..4].copy_from_slice(&len.to_ne_bytes());
+        e.header[4..8].copy_from_slice(&16u32.to_ne_bytes());
+        e.header[8..16].copy_from_slice(&7u64.to_ne_bytes());
+        e.header[IN_OUT_SZ..IN_OUT_SZ + 16].copy_from_slice(&[0xAB; 16]);
+        e.header[COMMIT_ID_AT..COMMIT_ID_AT + 8].copy_from_slice(&7u64.to_ne_bytes());
+        e.header[PAYLOAD_SZ_AT..PAYLOAD_SZ_AT + 4].copy_from_slice(&5u32.to_ne_bytes());
+        let at = e.at;
+        e.buf[at..at + 5].copy_from_slice(b"hello");
+        let (range, commit) = e.request().expect("valid");
+        assert_eq!(commit, 7);
+        let req = &e.buf[range];
+        assert_eq!(req.len(), len as usize);
+        assert_eq!(&req[..4], &len.to_ne_bytes());
+        assert_eq!(&req[IN_HEADER_SZ..IN_HEADER_SZ + 16], &[0xAB; 16]);
+        assert_eq!(&req[IN_HEADER_SZ + 16..], b"hello");
+    }
+
+    #[test]
+    fn inconsistent_header_is_refused() {
+        let mut e = Entry::new(4096);
+        // len smaller than header + payload
+        e.header[..4].copy_from_slice(&(IN_HEADER_SZ as u32).to_ne_bytes());
+        e.header[PAYLOAD_SZ_AT..PAYLOAD_SZ_AT + 4].copy_from_slice(&5u32.to_ne_bytes());
+        assert!(e.request().is_none());
+        // argument larger than the op_in area
+        let len = (IN_HEADER_SZ + OP_IN_SZ + 1) as u32;
+        e.header[..4].copy_from_slice(&len.to_ne_bytes());
+        e.header[PAYLOAD_SZ_AT..PAYLOAD_SZ_AT + 4].copy_from_slice(&0u32.to_ne_bytes());
+        assert!(e.request().is_none());
+    }
+
+    fn out_header(len: usize, error: i32, unique: u64) -> Vec<u8> {
+        let mut h = Vec::new();
+        h.extend_from_slice(&(len as u32).to_ne_bytes());
+        h.extend_from_slice(&error.to_ne_bytes());
+        h.extend_from_slice(&unique.to_ne_bytes());
+        h
+    }
+
+    #[test]
+    fn reply_is_split_into_header_and_payload() {
+        // collected body (request with payload): copied into the payload area
+        let mut e = Entry::new(8);
+        let sink = EntrySink::default();
+        let header = out_header(OUT_HEADER_SZ + 3, 0, 9);
+        sink.send(&[IoSlice::new(&header), IoSlice::new(b"abc")])
+            .unwrap();
+        e.set_reply(&mut sink.state(), 9);
+        assert_eq!(&e.header[..OUT_HEADER_SZ], &header[..]);
+        assert_eq!(&e.buf[e.at..e.at + 3], b"abc");
+        assert_eq!(Entry::u32_at(&e.header, PAYLOAD_SZ_AT), 3);
+        // too big for the payload buffer: EIO with an empty body
+        sink.send(&[IoSlice::new(&header), IoSlice::new(&[7; 9])])
+            .unwrap();
+        e.set_reply(&mut sink.state(), 9);
+        assert_eq!(Entry::u32_at(&e.header, 4) as i32, -libc::EIO);
+        assert_eq!(Entry::u32_at(&e.header, PAYLOAD_SZ_AT), 0);
+        // no reply at all: EIO
+        e.set_reply(&mut sink.state(), 9);
+        assert_eq!(Entry::u32_at(&e.header, 4) as i32, -libc::EIO);
+    }
+
+    fn lend(sink: &EntrySink, e: &mut Entry) {
+        let mut st = sink.state();
+        st.at = e.at;
+        st.cap = e.payload_cap();
+        st.direct = Some(std::mem::take(&mut e.buf));
+    }
+
+    #[test]
+    fn payload_is_page_aligned() {
+        for n in [8, 4096, 1 << 20] {
+            let mut e = Entry::new(n);
+            assert_eq!(e.payload_cap(), n);
+            assert!(e.at >= HEAD_ROOM);
+            assert_eq!(e.iovecs()[1].iov_base as usize % 4096, 0);
+            assert_eq!(e.iovecs()[1].iov_len, n);
+        }
+    }
+
+    #[test]
+    fn direct_reply_lands_in_the_lent_buffer() {
+        let mut e = Entry::new(8);
+        let sink = EntrySink::default();
+        lend(&sink, &mut e);
+        // header split across slices, body in two slices
+        let header = out_header(OUT_HEADER_SZ + 5, 0, 4);
+        sink.send(&[
+            IoSlice::new(&header[..10]),
+            IoSlice::new(&header[10..]),
+            IoSlice::new(b"he"),
+            IoSlice::new(b"llo"),
+        ])
+        .unwrap();
+        e.buf = sink.state().direct.take().unwrap();
+        e.set_reply(&mut sink.state(), 4);
+        assert_eq!(&e.header[..OUT_HEADER_SZ], &header[..]);
+        assert_eq!(&e.buf[e.at..e.at + 5], b"hello");
+        assert_eq!(Entry::u32_at(&e.header, PAYLOAD_SZ_AT), 5);
+        // a second reply to one request is refused and the request answered EIO
+        sink.state().direct = Some(std::mem::take(&mut e.buf));
+        sink.send(&[IoSlice::new(&header), IoSlice::new(b"x")])
+            .unwrap();
+        assert!(sink.send(&[IoSlice::new(&header)]).is_err());
+        e.buf = sink.state().direct.take().unwrap();
+        e.set_reply(&mut sink.state(), 4);
+        assert_eq!(Entry::u32_at(&e.header, 4) as i32, -libc::EIO);
+        // overflow of the lent buffer: EIO
+        lend(&sink, &mut e);
+        sink.send(&[IoSlice::new(&header), IoSlice::new(&[1; 9])])
+            .unwrap();
+        e.buf = sink.state().direct.take().unwrap();
+        e.set_reply(&mut sink.state(), 4);
+        assert_eq!(Entry::u32_at(&e.header, 4) as i32, -libc::EIO);
+    }
+
+    #[test]
+    fn register_sqe_carries_iovec_count_and_address() {
+        let mut e = Entry::new(16);
+        let iov = e.iovecs();
+        let sqe = fuse_cmd(5, CMD_REGISTER, 0, 1, Some(&iov), 3);
+        // SAFETY: test-only view of a valid Entry128 as bytes (see fuse_cmd).
+        let raw: [u8; 128] = unsafe { std::mem::transmute::<squeue::Entry128, [u8; 128]>(sqe) };
+        assert_eq!(
+            u32::from_ne_bytes(raw[24..28].try_into().unwrap()),
+            IOV_SEGS
+        );
+        let addr = u64::from_ne_bytes(raw[16..24].try_into().unwrap());
+        assert_eq!(addr, iov.as_ptr() as u64);
+        assert_eq!(u32::from_ne_bytes(raw[4..8].try_into().unwrap()), 5, "fd");
+        // cmd area starts at byte 48: qid at 48 + 16
+        assert_eq!(
+            u16::from_ne_bytes(raw[64..66].try_into().unwrap()),
+            1,
+            "qid"
+        );
+    }
+
+    #[test]
+    fn possible_cpus_is_at_least_one() {
+        assert!(possible_cpus().unwrap() >= 1);
+    }
+}
