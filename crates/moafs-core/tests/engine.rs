@@ -443,3 +443,58 @@ fn geometry_limits() {
     )
     .is_err());
 }
+
+#[test]
+fn read_into_matches_read_with_holes_cache_and_eof() {
+    let dev = new_dev(64 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"sparse", 0o644, ME).unwrap().ino;
+    let pat = |off: u64, n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|i| ((off as usize + i) * 13 % 251) as u8 + 1)
+            .collect()
+    };
+    // data, a hole of several blocks, data, a hole up to the end (size set by truncate)
+    fs.write(f, 0, &pat(0, 10_000)).unwrap();
+    fs.write(f, 50_000, &pat(50_000, 20_000)).unwrap();
+    let size = 200_000u64;
+    fs.setattr(
+        f,
+        &SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    let check = |fs: &moafs_core::Fs, what: &str| {
+        for (off, len) in [
+            (0u64, 4096usize),
+            (4000, 9000),
+            (9_999, 45_000),
+            (45_000, 30_000),
+            (0, 300_000),
+            (199_990, 64),
+            (size, 10),
+            (size + 5000, 10),
+        ] {
+            let want = fs.read(f, off, len as u32).unwrap();
+            // a buffer full of garbage: holes must come back as zeros
+            let mut buf = vec![0xEEu8; len];
+            let n = fs.read_into(f, off, &mut buf).unwrap();
+            assert_eq!(n, want.len(), "{what}: length at {off}+{len}");
+            assert_eq!(&buf[..n], &want[..], "{what}: bytes at {off}+{len}");
+            assert_eq!(n as u64, size.saturating_sub(off).min(len as u64));
+        }
+    };
+    check(&fs, "cached");
+    fs.unmount().unwrap();
+    let fs = mount(&dev);
+    check(&fs, "from the device");
+    let all = fs.read(f, 0, size as u32).unwrap();
+    assert_eq!(&all[..10_000], &pat(0, 10_000)[..]);
+    assert!(all[10_000..50_000].iter().all(|&b| b == 0));
+    assert_eq!(&all[50_000..70_000], &pat(50_000, 20_000)[..]);
+    assert!(all[70_000..].iter().all(|&b| b == 0));
+    fs.unmount().unwrap();
+    fsck_clean(&dev);
+}

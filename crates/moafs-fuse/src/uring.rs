@@ -183,6 +183,12 @@ impl Entry {
             st.out[8..16].copy_from_slice(&unique.to_ne_bytes());
             st.len = 0;
         }
+        if st.ok() {
+            // The body may have been placed before the reply (`read_direct`): the header's
+            // length is what was placed.
+            let total = (OUT_HEADER_SZ + st.len) as u32;
+            st.out[..4].copy_from_slice(&total.to_ne_bytes());
+        }
         self.header[..OUT_HEADER_SZ].copy_from_slice(&st.out);
         self.header[PAYLOAD_SZ_AT..PAYLOAD_SZ_AT + 4]
             .copy_from_slice(&(st.len as u32).to_ne_bytes());
@@ -214,6 +220,9 @@ struct SinkState {
     overflow: bool,
     /// Replies received for this request (exactly one expected).
     replies: u32,
+    /// The body was written into `direct` before the reply by [`read_direct`] (this many
+    /// bytes); the reply itself then carries no body.
+    prefilled: Option<usize>,
 }
 
 impl SinkState {
@@ -228,6 +237,36 @@ impl SinkState {
         self.len = 0;
         self.overflow = false;
         self.replies = 0;
+        self.prefilled = None;
+    }
+}
+
+thread_local! {
+    /// The sink of the request this thread dispatches, while its entry's payload buffer is
+    /// lent to it (requests without payload).
+    static DIRECT: std::cell::RefCell<Option<Arc<EntrySink>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// For the adapter's `read`: when the request being served came over io_uring and its entry's
+/// payload buffer is free, `fill` reads straight into it (at most `size` bytes) and returns
+/// how many bytes it placed; the reply must then carry no body (`reply.data(&[])`), the data
+/// being in place already. `None`: no such buffer here (read as usual).
+pub fn read_direct<E>(
+    size: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+) -> Option<Result<(), E>> {
+    let sink = DIRECT.with(|d| d.borrow().clone())?;
+    let mut st = sink.state();
+    let (at, cap) = (st.at, st.cap);
+    let buf = st.direct.as_mut()?;
+    let n = size.min(cap);
+    match fill(&mut buf[at..at + n]) {
+        Ok(k) => {
+            st.prefilled = Some(k.min(n));
+            Some(Ok(()))
+        }
+        Err(e) => Some(Err(e)),
     }
 }
 
@@ -247,6 +286,10 @@ impl ReplySink for EntrySink {
         st.replies += 1;
         if st.replies > 1 {
             return Err(io::Error::other("second reply to one request"));
+        }
+        if let Some(n) = st.prefilled {
+            st.len = n;
+            st.direct_done = true;
         }
         for slice in data {
             let mut bytes: &[u8] = slice;
@@ -421,7 +464,9 @@ impl<FS: Filesystem> Server<FS> {
                     st.cap = entry.payload_cap();
                     st.direct = Some(std::mem::take(&mut entry.buf));
                 }
+                DIRECT.with(|d| *d.borrow_mut() = Some(self.sink.clone()));
                 let outcome = self.dispatcher.dispatch(&self.small_req, &self.handle);
+                DIRECT.with(|d| *d.borrow_mut() = None);
                 if let Some(buf) = self.sink.state().direct.take() {
                     entry.buf = buf;
                 }

@@ -228,13 +228,21 @@ impl Inner {
 
     /// Reads under the engine lock (used for symlink targets and by tests).
     pub(crate) fn read(&mut self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
-        let mut plan = self.read_plan(ino, offset, size)?;
+        let mut plan = self.read_plan(ino, offset, size, |n| vec![0u8; n])?;
         read_runs(self.dev.as_ref(), self.bs() as u64, &mut plan)?;
         Ok(plan.out)
     }
 
-    /// Copies what the cache holds and lists the blocks that must come from the device.
-    pub(crate) fn read_plan(&mut self, ino: u64, offset: u64, size: u32) -> FsResult<ReadPlan> {
+    /// Copies what the cache holds into the buffer `make(len)` returns (`len` bytes: the
+    /// request clipped to the file size), zeroes holes, and lists the blocks that must come
+    /// from the device.
+    pub(crate) fn read_plan<O: AsMut<[u8]>>(
+        &mut self,
+        ino: u64,
+        offset: u64,
+        size: u32,
+        make: impl FnOnce(usize) -> O,
+    ) -> FsResult<ReadPlan<O>> {
         let bs = self.bs() as u64;
         let node = self.inode(ino)?;
         if node.is_dir() {
@@ -243,7 +251,7 @@ impl Inner {
         let fsize = node.d.size;
         if offset >= fsize || size == 0 {
             return Ok(ReadPlan {
-                out: Vec::new(),
+                out: make(0),
                 misses: Vec::new(),
                 offset,
                 end: offset,
@@ -252,13 +260,13 @@ impl Inner {
         let end = fsize.min(offset + size as u64);
         let first = offset / bs;
         let last = (end - 1) / bs;
-        let mut out = vec![0u8; (end - offset) as usize];
+        let mut out = make((end - offset) as usize);
         let mut misses: Vec<(u64, u64)> = Vec::new();
         for idx in first..=last {
             let bstart = idx * bs;
             let lo = offset.max(bstart);
             let hi = end.min(bstart + bs);
-            let dst = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+            let dst = &mut out.as_mut()[(lo - offset) as usize..(hi - offset) as usize];
             let node = self.inode(ino)?;
             if let Some(cb) = node.cache.get(&idx) {
                 dst.copy_from_slice(&cb.data[(lo - bstart) as usize..(hi - bstart) as usize]);
@@ -270,6 +278,8 @@ impl Inner {
             if phys != 0 {
                 self.check_data_block(phys)?;
                 misses.push((idx, phys));
+            } else {
+                dst.fill(0); // a hole (the buffer may hold older bytes)
             }
         }
         self.counters.data_blocks_read += misses.len() as u64;
@@ -406,8 +416,9 @@ impl Inner {
 }
 
 /// A read in progress: the reply buffer (cached parts filled in) and the blocks still to fetch.
-pub(crate) struct ReadPlan {
-    pub out: Vec<u8>,
+pub(crate) struct ReadPlan<O> {
+    /// The reply: `end - offset` bytes.
+    pub out: O,
     /// (logical index, physical block), in logical order.
     pub misses: Vec<(u64, u64)>,
     pub offset: u64,
@@ -416,9 +427,13 @@ pub(crate) struct ReadPlan {
 
 /// Reads the missing blocks of `plan`, one device request per physically contiguous run.
 /// Needs no engine state, so `Fs::read` runs it outside the engine lock (see `io_gate`).
-pub(crate) fn read_runs(dev: &dyn BlockDevice, bs: u64, plan: &mut ReadPlan) -> FsResult<()> {
+pub(crate) fn read_runs<O: AsMut<[u8]>>(
+    dev: &dyn BlockDevice,
+    bs: u64,
+    plan: &mut ReadPlan<O>,
+) -> FsResult<()> {
     let (misses, offset, end) = (&plan.misses, plan.offset, plan.end);
-    let out = &mut plan.out;
+    let out = plan.out.as_mut();
     let mut i = 0;
     while i < misses.len() {
         let mut j = i + 1;

@@ -276,8 +276,29 @@ impl Fs {
     }
     /// Reads; the device I/O happens outside the engine lock, so reads run in parallel.
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.read_with(ino, offset, size, |n| vec![0u8; n])
+    }
+    /// Reads into `out` (up to its length) and returns how many bytes the file had there:
+    /// like [`Fs::read`] without allocating (a transport reads straight into its reply
+    /// buffer).
+    pub fn read_into(&self, ino: Ino, offset: u64, out: &mut [u8]) -> FsResult<usize> {
+        let size = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let mut len = 0;
+        self.read_with(ino, offset, size, |n| {
+            len = n;
+            &mut out[..n]
+        })?;
+        Ok(len)
+    }
+    fn read_with<O: AsMut<[u8]>>(
+        &self,
+        ino: Ino,
+        offset: u64,
+        size: u32,
+        make: impl FnOnce(usize) -> O,
+    ) -> FsResult<O> {
         let mut g = self.lock();
-        let mut plan = g.read_plan(ino, offset, size)?;
+        let mut plan = g.read_plan(ino, offset, size, make)?;
         if plan.misses.is_empty() {
             return Ok(plan.out);
         }
