@@ -164,6 +164,26 @@ fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
     args
 }
 
+/// Set once stdout is gone (the reader closed the pipe, as `| head` does): later output is
+/// dropped, and the command still finishes its work (a repair is never cut short).
+static STDOUT_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `println!` that never panics: a closed stdout is not an error of the command.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        use std::sync::atomic::Ordering;
+        if !STDOUT_GONE.load(Ordering::Relaxed) {
+            if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+                STDOUT_GONE.store(true, Ordering::Relaxed);
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    eprintln!("moafs: cannot write to standard output: {e}");
+                }
+            }
+        }
+    }};
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or("warn,fuser::session=error"),
@@ -320,40 +340,41 @@ fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
     })?;
     let geo = Geometry::from_superblock(&sb);
     let bytes = geo.total_blocks * u64::from(geo.block_size);
-    println!("moafs created on {}", a.image.display());
-    println!(
+    say!("moafs created on {}", a.image.display());
+    say!(
         "  size:        {} ({} bytes, {} blocks)",
         human(bytes),
         bytes,
         geo.total_blocks
     );
-    println!("  block size:  {}", geo.block_size);
-    println!(
+    say!("  block size:  {}", geo.block_size);
+    say!(
         "  groups:      {} of {} blocks",
-        geo.group_count, geo.blocks_per_group
+        geo.group_count,
+        geo.blocks_per_group
     );
-    println!(
+    say!(
         "  inodes:      {} ({} per group)",
         geo.total_inodes(),
         geo.inodes_per_group
     );
-    println!(
+    say!(
         "  free:        {} in {} blocks",
         human(sb.free_blocks * u64::from(geo.block_size)),
         sb.free_blocks
     );
     if sb.has_journal() {
-        println!(
+        say!(
             "  journal:     {} in {} blocks at block {}",
             human(u64::from(sb.journal_blocks) * u64::from(geo.block_size)),
             sb.journal_blocks,
             sb.journal_start
         );
     } else {
-        println!("  journal:     none");
+        say!("  journal:     none");
     }
     if !a.label.is_empty() {
-        println!("  label:       {}", a.label);
+        say!("  label:       {}", a.label);
     }
     Ok(())
 }
@@ -688,17 +709,17 @@ fn cmd_fsck(a: &FsckArgs) -> u8 {
         }
     };
     for w in &rep.warnings {
-        println!("warning: {w}");
+        say!("warning: {w}");
     }
     for r in &rep.repaired {
-        println!("repaired: {r}");
+        say!("repaired: {r}");
     }
     for e in &rep.errors {
-        println!("error: {e}");
+        say!("error: {e}");
     }
-    println!("{}: {}", a.image.display(), rep.summary);
+    say!("{}: {}", a.image.display(), rep.summary);
     if !rep.errors.is_empty() && !repair {
-        println!("run `moafs fsck -y {}` to repair", a.image.display());
+        say!("run `moafs fsck -y {}` to repair", a.image.display());
     }
     rep.exit_code().clamp(0, 255) as u8
 }
@@ -716,7 +737,7 @@ fn cmd_inspect(a: &InspectArgs) -> Result<(), String> {
     let rep = moafs_core::fsck::inspect(&dev).map_err(|e| fs_error(&a.image, e))?;
     if a.json {
         let s = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
-        println!("{s}");
+        say!("{s}");
         return Ok(());
     }
     let v = serde_json::to_value(&rep).map_err(|e| e.to_string())?;
@@ -735,7 +756,7 @@ fn scalar(v: &serde_json::Value) -> String {
 /// Prints a report: scalars as `key: value`, lists of objects as one line per item.
 fn print_human(v: &serde_json::Value) {
     let serde_json::Value::Object(map) = v else {
-        println!("{}", scalar(v));
+        say!("{}", scalar(v));
         return;
     };
     let width = map.keys().map(|k| k.len()).max().unwrap_or(0);
@@ -743,11 +764,11 @@ fn print_human(v: &serde_json::Value) {
     for (k, val) in map {
         match val {
             serde_json::Value::Array(_) | serde_json::Value::Object(_) => lists.push((k, val)),
-            _ => println!("{k:width$}  {}", scalar(val)),
+            _ => say!("{k:width$}  {}", scalar(val)),
         }
     }
     for (k, val) in lists {
-        println!("{k}:");
+        say!("{k}:");
         let items: Vec<&serde_json::Value> = match val {
             serde_json::Value::Array(a) => a.iter().collect(),
             other => vec![other],
@@ -760,9 +781,9 @@ fn print_human(v: &serde_json::Value) {
                         .filter(|(_, x)| !x.is_null())
                         .map(|(k, x)| format!("{k}={}", scalar(x)))
                         .collect();
-                    println!("  {}", line.join(" "));
+                    say!("  {}", line.join(" "));
                 }
-                other => println!("  {}", scalar(other)),
+                other => say!("  {}", scalar(other)),
             }
         }
     }
@@ -806,7 +827,7 @@ fn cmd_install(a: &InstallArgs) -> Result<(), String> {
             Err(_) => {}
         }
         std::os::unix::fs::symlink(&exe, &link).map_err(|e| format!("{}: {e}", link.display()))?;
-        println!("{} -> {}", link.display(), exe.display());
+        say!("{} -> {}", link.display(), exe.display());
     }
     Ok(())
 }

@@ -973,3 +973,29 @@ fn sigkill_mid_workload_keeps_fsynced_data() {
 fn aborted_connection_keeps_fsynced_data() {
     crash_mid_workload("abort");
 }
+
+#[test]
+fn output_into_a_closed_pipe_is_not_a_panic() {
+    // `moafs inspect IMG | head -1`: the reader goes away early.
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "64M");
+    for args in [
+        vec!["inspect", p(&img)],
+        vec!["inspect", "--json", p(&img)],
+        vec!["fsck", "-n", p(&img)],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before the first line is written: every write meets EPIPE.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
+    }
+}
