@@ -40,6 +40,32 @@ enum Cmd {
     Inspect(InspectArgs),
     /// Symlink mkfs.moafs, fsck.moafs, mount.moafs and mount.fuse.moafs to this binary.
     InstallHelpers(InstallArgs),
+    /// Run a benchmark workload on a target, repeated, with mean and 95 % confidence interval.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// List the workloads and targets and exit.
+    #[arg(long)]
+    list: bool,
+    /// Workload (see --list).
+    #[arg(long, default_value = "postmark-quick")]
+    workload: String,
+    /// `engine` (in-process on memory) or a directory (a fresh subdirectory per run).
+    #[arg(long, default_value = "engine")]
+    target: String,
+    /// Repetitions.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Multiply file and transaction counts (sizes unchanged).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -209,8 +235,86 @@ fn main() -> ExitCode {
         Cmd::Fsck(a) => cmd_fsck(&a),
         Cmd::Inspect(a) => report(cmd_inspect(&a)),
         Cmd::InstallHelpers(a) => report(cmd_install(&a)),
+        Cmd::Bench(a) => report(cmd_bench(&a)),
     };
     ExitCode::from(code)
+}
+
+fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
+    use moafs_bench::target::{DirTarget, EngineTarget, Target};
+    if a.list {
+        say!("workloads:");
+        for (name, what) in moafs_bench::WORKLOADS {
+            say!("  {name:16} {what}");
+        }
+        say!("targets:");
+        for (name, what) in moafs_bench::TARGETS {
+            say!("  {name:16} {what}");
+        }
+        return Ok(());
+    }
+    if !(a.scale.is_finite() && a.scale > 0.0) {
+        return Err(format!(
+            "--scale must be a positive number, not {}",
+            a.scale
+        ));
+    }
+    if a.reps == 0 || a.reps > 1000 {
+        return Err(format!("--reps must be 1..1000, not {}", a.reps));
+    }
+    let cfg = moafs_bench::workload(&a.workload, a.scale, a.seed).ok_or_else(|| {
+        format!(
+            "unknown workload {:?} (see `moafs bench --list`)",
+            a.workload
+        )
+    })?;
+    let dir = (a.target != "engine").then(|| PathBuf::from(&a.target));
+    if let Some(d) = &dir {
+        if !d.is_dir() {
+            return Err(format!("target {} is not a directory", d.display()));
+        }
+    }
+    let make = |rep: usize| -> std::io::Result<Box<dyn Target>> {
+        match &dir {
+            None => Ok(Box::new(EngineTarget::in_memory(1 << 30)?)),
+            Some(d) => Ok(Box::new(DirTarget::scratch(
+                d,
+                &format!("moafs-bench-{}-{rep}", std::process::id()),
+            )?)),
+        }
+    };
+    say!(
+        "{}: {} files, {} subdirectories, {} transactions, seed {}, {} repetitions",
+        a.workload,
+        cfg.files,
+        cfg.subdirs,
+        cfg.transactions,
+        cfg.seed,
+        a.reps
+    );
+    let rep = moafs_bench::run_reps(&a.workload, &cfg, a.reps, make, |rep, r| {
+        say!(
+            "  run {rep}: {:.0} transactions/s, {:.2} s in all",
+            r.transactions_per_sec,
+            r.total_secs
+        );
+    })
+    .map_err(|e| format!("benchmark on {}: {e}", a.target))?;
+    let t = &rep.transactions_per_sec;
+    say!(
+        "{}: {:.0} transactions/s (95 % CI {:.0} .. {:.0}, sd {:.0}, n {})",
+        rep.target,
+        t.mean,
+        t.low(),
+        t.high(),
+        t.sd,
+        t.n
+    );
+    if let Some(path) = &a.json {
+        let s = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
+        std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn report(r: Result<(), String>) -> u8 {

@@ -1,0 +1,107 @@
+//! The moafs evaluation harness (issue 4), growing: targets (the engine in-process, any
+//! directory), native seeded workloads, and the statistics that keep comparisons honest.
+//! `moafs bench` is its command line.
+
+pub mod postmark;
+pub mod stats;
+pub mod target;
+
+use serde::Serialize;
+use stats::Summary;
+use std::io;
+
+/// The workloads `moafs bench` knows.
+pub const WORKLOADS: &[(&str, &str)] = &[
+    (
+        "postmark-fsl",
+        "PostMark FSL: 20,000 files, 200 dirs, 512 B-10 KiB, 200,000 transactions (seeded)",
+    ),
+    (
+        "postmark-quick",
+        "PostMark FSL scaled to 1/20: 1,000 files, 200 dirs, 10,000 transactions",
+    ),
+];
+
+/// The targets `moafs bench` knows.
+pub const TARGETS: &[(&str, &str)] = &[
+    (
+        "engine",
+        "the moafs engine in-process on a 1 GiB memory device (no FUSE, no kernel)",
+    ),
+    (
+        "DIR",
+        "any existing directory, e.g. a mount point (a fresh subdirectory per run)",
+    ),
+];
+
+/// One repetition's measures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    pub rep: usize,
+    pub result: postmark::PostmarkResult,
+    /// Engine counters of the run (engine target only).
+    pub engine: Option<serde_json::Value>,
+}
+
+/// The report `moafs bench --json` writes (schema in docs/BENCHMARKS.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: u32,
+    pub workload: String,
+    pub config: postmark::PostmarkConfig,
+    pub target: String,
+    pub runs: Vec<Run>,
+    /// Over the runs: transaction-phase transactions per second (higher is better).
+    pub transactions_per_sec: Summary,
+    /// Over the runs: wall seconds of the whole run.
+    pub total_secs: Summary,
+}
+
+/// The configuration of a named workload, scaled.
+pub fn workload(name: &str, scale: f64, seed: u64) -> Option<postmark::PostmarkConfig> {
+    let mut cfg = match name {
+        "postmark-fsl" => postmark::PostmarkConfig::fsl(),
+        "postmark-quick" => postmark::PostmarkConfig::fsl().scaled(0.05),
+        _ => return None,
+    };
+    if scale != 1.0 {
+        cfg = cfg.scaled(scale);
+    }
+    cfg.seed = seed;
+    Some(cfg)
+}
+
+/// Runs `reps` repetitions, each on a fresh target made by `make`, and summarises them.
+pub fn run_reps(
+    workload_name: &str,
+    cfg: &postmark::PostmarkConfig,
+    reps: usize,
+    mut make: impl FnMut(usize) -> io::Result<Box<dyn target::Target>>,
+    mut progress: impl FnMut(usize, &postmark::PostmarkResult),
+) -> io::Result<Report> {
+    let mut runs = Vec::new();
+    let mut name = String::new();
+    for rep in 1..=reps.max(1) {
+        let mut t = make(rep)?;
+        name = t.name();
+        let result = postmark::run(t.as_mut(), cfg)?;
+        progress(rep, &result);
+        runs.push(Run {
+            rep,
+            result,
+            engine: t.counters(),
+        });
+    }
+    let tps: Vec<f64> = runs.iter().map(|r| r.result.transactions_per_sec).collect();
+    let secs: Vec<f64> = runs.iter().map(|r| r.result.total_secs).collect();
+    let bad = || io::Error::other("a run produced no finite measure");
+    Ok(Report {
+        schema: 1,
+        workload: workload_name.to_string(),
+        config: cfg.clone(),
+        target: name,
+        transactions_per_sec: Summary::of(&tps).ok_or_else(bad)?,
+        total_secs: Summary::of(&secs).ok_or_else(bad)?,
+        runs,
+    })
+}
