@@ -2,9 +2,26 @@
 //! directory), native seeded workloads, and the statistics that keep comparisons honest.
 //! `moafs bench` is its command line.
 
+pub mod managed;
 pub mod postmark;
 pub mod stats;
 pub mod target;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Asks the running workload to stop: its next operation on a directory target fails with
+/// `Interrupted`, the error unwinds the run and dropping the target takes it down (called by
+/// `moafs bench`'s Ctrl-C handler).
+pub fn interrupt() {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether [`interrupt`] was called.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
 
 use serde::Serialize;
 use stats::Summary;
@@ -28,6 +45,23 @@ pub const TARGETS: &[(&str, &str)] = &[
         "engine",
         "the moafs engine in-process on a 1 GiB memory device (no FUSE, no kernel)",
     ),
+    (
+        "moafs",
+        "moafs over FUSE on a fresh image (managed: made and taken down per run)",
+    ),
+    (
+        "ext4",
+        "kernel ext4 on a loop device over a fresh image (managed)",
+    ),
+    (
+        "xfs",
+        "kernel XFS on a loop device over a fresh image (managed)",
+    ),
+    (
+        "btrfs",
+        "kernel btrfs on a loop device over a fresh image (managed)",
+    ),
+    ("fuse2fs", "fuse2fs over a fresh ext4 image (managed)"),
     (
         "DIR",
         "any existing directory, e.g. a mount point (a fresh subdirectory per run)",

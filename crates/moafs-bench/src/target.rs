@@ -166,6 +166,9 @@ pub struct DirTarget {
     /// A scratch directory this target made: removed (with what is left in it) on drop, also
     /// when the run failed.
     scratch: bool,
+    /// The managed file system the directory lives on; dropped (taken down) after the
+    /// directory target.
+    managed: Option<crate::managed::Managed>,
 }
 
 impl DirTarget {
@@ -180,7 +183,24 @@ impl DirTarget {
         Ok(DirTarget {
             root: root.to_path_buf(),
             scratch: false,
+            managed: None,
         })
+    }
+
+    /// The root of a managed file system; taking the target down takes the file system down.
+    pub fn managed(m: crate::managed::Managed) -> DirTarget {
+        DirTarget {
+            root: m.mount_point().to_path_buf(),
+            scratch: false,
+            managed: Some(m),
+        }
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if crate::interrupted() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+        }
+        Ok(())
     }
 
     /// A fresh subdirectory `name` of `parent` (which must exist), removed on drop.
@@ -191,6 +211,7 @@ impl DirTarget {
         Ok(DirTarget {
             root,
             scratch: true,
+            managed: None,
         })
     }
 }
@@ -205,6 +226,9 @@ impl Drop for DirTarget {
 
 impl Target for DirTarget {
     fn name(&self) -> String {
+        if let Some(m) = &self.managed {
+            return m.kind().name().to_string();
+        }
         let shown = if self.scratch {
             self.root.parent().unwrap_or(&self.root)
         } else {
@@ -214,14 +238,17 @@ impl Target for DirTarget {
     }
 
     fn mkdir(&mut self, path: &str) -> io::Result<()> {
+        self.check()?;
         std::fs::create_dir(self.root.join(path))
     }
 
     fn rmdir(&mut self, path: &str) -> io::Result<()> {
+        self.check()?;
         std::fs::remove_dir(self.root.join(path))
     }
 
     fn create(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()> {
+        self.check()?;
         let mut f = std::fs::File::create(self.root.join(path))?;
         for chunk in data.chunks(block.max(1)) {
             f.write_all(chunk)?;
@@ -230,6 +257,7 @@ impl Target for DirTarget {
     }
 
     fn append(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()> {
+        self.check()?;
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(self.root.join(path))?;
@@ -240,6 +268,7 @@ impl Target for DirTarget {
     }
 
     fn read_all(&mut self, path: &str, block: usize) -> io::Result<u64> {
+        self.check()?;
         let mut f = std::fs::File::open(self.root.join(path))?;
         let mut buf = vec![0u8; block.max(1)];
         let mut total = 0u64;
@@ -252,6 +281,7 @@ impl Target for DirTarget {
     }
 
     fn remove(&mut self, path: &str) -> io::Result<()> {
+        self.check()?;
         std::fs::remove_file(self.root.join(path))
     }
 

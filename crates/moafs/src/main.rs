@@ -52,9 +52,17 @@ struct BenchArgs {
     /// Workload (see --list).
     #[arg(long, default_value = "postmark-quick")]
     workload: String,
-    /// `engine` (in-process on memory) or a directory (a fresh subdirectory per run).
+    /// `engine` (in-process on memory), a managed file system made fresh for every run
+    /// (`moafs`, `ext4`, `xfs`, `btrfs`, `fuse2fs`; root), or a directory (a fresh
+    /// subdirectory per run).
     #[arg(long, default_value = "engine")]
     target: String,
+    /// Image size of managed targets.
+    #[arg(long, default_value = "4G")]
+    size: String,
+    /// Where managed targets keep their image and mount point (/dev/shm: DRAM-class storage).
+    #[arg(long, default_value = "/dev/shm")]
+    backing: PathBuf,
     /// Repetitions.
     #[arg(long, default_value_t = 5)]
     reps: usize,
@@ -268,13 +276,44 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             a.workload
         )
     })?;
-    let dir = (a.target != "engine").then(|| PathBuf::from(&a.target));
+    use moafs_bench::managed::{Kind, Managed, ManagedOptions};
+    let managed = match Kind::parse(&a.target) {
+        Some(kind) => {
+            if !a.backing.is_dir() {
+                return Err(format!(
+                    "--backing {} is not a directory",
+                    a.backing.display()
+                ));
+            }
+            Some(ManagedOptions {
+                kind,
+                size: parse_size(&a.size)?,
+                backing: a.backing.clone(),
+                moafs: std::env::current_exe().map_err(|e| e.to_string())?,
+                moafs_options: String::new(),
+            })
+        }
+        None => None,
+    };
+    let dir = (a.target != "engine" && managed.is_none()).then(|| PathBuf::from(&a.target));
     if let Some(d) = &dir {
         if !d.is_dir() {
             return Err(format!("target {} is not a directory", d.display()));
         }
     }
+    // Ctrl-C: the running workload fails at its next operation and its target is taken
+    // down on the way out; a second Ctrl-C exits at once.
+    let _ = ctrlc::set_handler(|| {
+        if moafs_bench::interrupted() {
+            std::process::exit(130);
+        }
+        eprintln!("moafs bench: interrupted; taking the target down (Ctrl-C again to quit now)");
+        moafs_bench::interrupt();
+    });
     let make = |rep: usize| -> std::io::Result<Box<dyn Target>> {
+        if let Some(o) = &managed {
+            return Ok(Box::new(DirTarget::managed(Managed::create(o)?)));
+        }
         match &dir {
             None => Ok(Box::new(EngineTarget::in_memory(1 << 30)?)),
             Some(d) => Ok(Box::new(DirTarget::scratch(

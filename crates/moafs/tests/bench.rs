@@ -76,3 +76,118 @@ fn bench_lists_and_refuses_bad_input() {
         );
     }
 }
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn have(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Anything of ours left behind under `backing`: work directories, mounts, loop devices.
+fn leftovers(backing: &std::path::Path) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(backing)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    let tag = backing.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    found.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(String::from),
+    );
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    found.extend(
+        String::from_utf8_lossy(&loops.stdout)
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(String::from),
+    );
+    found
+}
+
+#[test]
+fn managed_targets_run_and_are_always_taken_down() {
+    if !is_root() || !have("losetup") || !have("fusermount3") {
+        return; // managed targets need root, loop devices and FUSE
+    }
+    let backing = tempfile::tempdir_in("/dev/shm").unwrap();
+    for (kind, tool) in [
+        ("moafs", "fusermount3"),
+        ("ext4", "mkfs.ext4"),
+        ("xfs", "mkfs.xfs"),
+        ("btrfs", "mkfs.btrfs"),
+        ("fuse2fs", "fuse2fs"),
+    ] {
+        if !have(tool) {
+            continue;
+        }
+        let json = backing.path().join("r.json");
+        let out = Command::new(BIN)
+            .args(["bench", "--target", kind, "--size", "512M", "--reps", "2"])
+            .args(["--scale", "0.05", "--json"])
+            .arg(&json)
+            .arg("--backing")
+            .arg(backing.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(v["target"], kind);
+        assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+        std::fs::remove_file(&json).unwrap();
+        assert_eq!(leftovers(backing.path()), Vec::<String>::new(), "{kind}");
+    }
+}
+
+#[test]
+fn a_failing_or_interrupted_run_still_takes_the_target_down() {
+    if !is_root() || !have("losetup") || !have("mkfs.ext4") {
+        return;
+    }
+    let backing = tempfile::tempdir_in("/dev/shm").unwrap();
+    // fails: the image is too small for the files (ENOSPC mid-run)
+    let out = Command::new(BIN)
+        .args(["bench", "--target", "ext4", "--size", "16M", "--reps", "1"])
+        .args(["--workload", "postmark-fsl", "--scale", "0.2"])
+        .arg("--backing")
+        .arg(backing.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("moafs: benchmark on ext4"), "{err}");
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+    // interrupted: SIGINT to the running bench
+    let child = Command::new(BIN)
+        .args(["bench", "--target", "ext4", "--size", "1G", "--reps", "1"])
+        .args(["--workload", "postmark-fsl"])
+        .arg("--backing")
+        .arg(backing.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+}

@@ -1,0 +1,287 @@
+//! Managed targets: file systems the harness makes for a run and always takes down again —
+//! moafs over FUSE, ext4, XFS and btrfs on loop devices, fuse2fs — each on a fresh image file
+//! of the same size in a backing directory (/dev/shm: DRAM-class storage, or a disk
+//! directory). Teardown (unmount, wait for a FUSE daemon to exit, detach the loop device,
+//! remove the image) runs on drop, so also when a run fails; Ctrl-C in `moafs bench` makes the
+//! running workload fail at its next operation (see [`crate::interrupt`]), which drops the
+//! target.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The kinds of managed target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Moafs,
+    Ext4,
+    Xfs,
+    Btrfs,
+    Fuse2fs,
+}
+
+impl Kind {
+    pub fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "moafs" => Kind::Moafs,
+            "ext4" => Kind::Ext4,
+            "xfs" => Kind::Xfs,
+            "btrfs" => Kind::Btrfs,
+            "fuse2fs" => Kind::Fuse2fs,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Moafs => "moafs",
+            Kind::Ext4 => "ext4",
+            Kind::Xfs => "xfs",
+            Kind::Btrfs => "btrfs",
+            Kind::Fuse2fs => "fuse2fs",
+        }
+    }
+
+    /// The mkfs command line (program, arguments before the image).
+    fn mkfs(self) -> (&'static str, &'static [&'static str]) {
+        match self {
+            Kind::Ext4 | Kind::Fuse2fs => ("mkfs.ext4", &["-q", "-F"]),
+            Kind::Xfs => ("mkfs.xfs", &["-q", "-f"]),
+            Kind::Btrfs => ("mkfs.btrfs", &["-q", "-f"]),
+            Kind::Moafs => ("moafs", &[]),
+        }
+    }
+}
+
+/// How to make a managed target.
+#[derive(Debug, Clone)]
+pub struct ManagedOptions {
+    pub kind: Kind,
+    /// Image size in bytes (the same for every target of a comparison).
+    pub size: u64,
+    /// Directory for the image and the mount point (e.g. /dev/shm).
+    pub backing: PathBuf,
+    /// The moafs binary (for `Kind::Moafs`).
+    pub moafs: PathBuf,
+    /// Extra `moafs mount -o` options.
+    pub moafs_options: String,
+}
+
+/// A mounted, managed file system; unmounted and removed on drop.
+#[derive(Debug)]
+pub struct Managed {
+    kind: Kind,
+    work: PathBuf,
+    mnt: PathBuf,
+    img: PathBuf,
+    loopdev: Option<String>,
+    daemon_pid: Option<i32>,
+    child: Option<Child>,
+}
+
+fn run(cmd: &mut Command) -> io::Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("{:?}: {e}", cmd.get_program())))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "{:?} {:?} failed ({}): {}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Whether `dir` is a mount point (listed in /proc/self/mountinfo).
+pub fn is_mounted(dir: &Path) -> bool {
+    let Ok(canon) = dir.canonicalize() else {
+        return false;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = canon.to_string_lossy();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| m.replace("\\040", " ") == want)
+}
+
+fn process_alive(pid: i32) -> bool {
+    // A zombie (not reaped by its parent) has state Z: it is gone for our purposes.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st != "Z"),
+        Err(_) => false,
+    }
+}
+
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+impl Managed {
+    pub fn create(o: &ManagedOptions) -> io::Result<Managed> {
+        let work = o.backing.join(format!(
+            "moafs-bench-{}-{}-{}",
+            o.kind.name(),
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir(&work)?;
+        let mut m = Managed {
+            kind: o.kind,
+            mnt: work.join("mnt"),
+            img: work.join("img"),
+            work,
+            loopdev: None,
+            daemon_pid: None,
+            child: None,
+        };
+        // From here on, an error drops `m`, which takes down whatever was set up.
+        std::fs::create_dir(&m.mnt)?;
+        std::fs::File::create(&m.img)?.set_len(o.size)?;
+        match o.kind {
+            Kind::Moafs => {
+                run(Command::new(&o.moafs).arg("mkfs").arg(&m.img))?;
+                let pidfile = m.work.join("pid");
+                let mut opts = format!("pidfile={}", pidfile.display());
+                if !o.moafs_options.is_empty() {
+                    opts = format!("{opts},{}", o.moafs_options);
+                }
+                run(Command::new(&o.moafs)
+                    .args(["mount", "-o", &opts])
+                    .arg(&m.img)
+                    .arg(&m.mnt))?;
+                let pid = std::fs::read_to_string(&pidfile)?;
+                m.daemon_pid = pid.trim().parse().ok();
+            }
+            Kind::Fuse2fs => {
+                let (prog, args) = o.kind.mkfs();
+                run(Command::new(prog).args(args).arg(&m.img))?;
+                // hard_remove: libfuse's high-level API otherwise renames a file that is
+                // unlinked while its RELEASE is still in flight to .fuse_hidden*, and a later
+                // rmdir of its directory fails with ENOTEMPTY.
+                let child = Command::new("fuse2fs")
+                    .arg("-f")
+                    .arg(&m.img)
+                    .arg(&m.mnt)
+                    .args(["-o", "rw,hard_remove"])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| io::Error::new(e.kind(), format!("fuse2fs: {e}")))?;
+                m.daemon_pid = Some(child.id() as i32);
+                m.child = Some(child);
+                if !wait_until(Duration::from_secs(10), || is_mounted(&m.mnt)) {
+                    return Err(io::Error::other("fuse2fs did not mount within 10 s"));
+                }
+            }
+            Kind::Ext4 | Kind::Xfs | Kind::Btrfs => {
+                let (prog, args) = o.kind.mkfs();
+                run(Command::new(prog).args(args).arg(&m.img))?;
+                let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(&m.img))?;
+                m.loopdev = Some(dev.clone());
+                run(Command::new("mount").arg(&dev).arg(&m.mnt))?;
+            }
+        }
+        if !is_mounted(&m.mnt) {
+            return Err(io::Error::other(format!(
+                "{} is not mounted after setting up {}",
+                m.mnt.display(),
+                o.kind.name()
+            )));
+        }
+        Ok(m)
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    pub fn mount_point(&self) -> &Path {
+        &self.mnt
+    }
+
+    pub fn image(&self) -> &Path {
+        &self.img
+    }
+
+    pub fn loop_device(&self) -> Option<&str> {
+        self.loopdev.as_deref()
+    }
+
+    /// The FUSE daemon (moafs, fuse2fs).
+    pub fn daemon_pid(&self) -> Option<i32> {
+        self.daemon_pid
+    }
+
+    fn teardown(&mut self) -> io::Result<()> {
+        let mut errors = Vec::new();
+        if is_mounted(&self.mnt) {
+            let res = if self.daemon_pid.is_some() {
+                run(Command::new("fusermount3").arg("-u").arg(&self.mnt))
+            } else {
+                run(Command::new("umount").arg(&self.mnt))
+            };
+            if let Err(e) = res {
+                // busy: detach lazily rather than leave it behind
+                errors.push(e.to_string());
+                let _ = run(Command::new("umount").arg("-l").arg(&self.mnt));
+            }
+        }
+        if let Some(pid) = self.daemon_pid {
+            // The daemon writes everything back before it exits; the image is complete then.
+            if !wait_until(Duration::from_secs(60), || !process_alive(pid)) {
+                errors.push(format!("daemon {pid} did not exit after unmount; killed"));
+                let _ = nix_kill(pid);
+            }
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        if let Some(dev) = self.loopdev.take() {
+            if let Err(e) = run(Command::new("losetup").arg("-d").arg(&dev)) {
+                errors.push(e.to_string());
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.work) {
+            errors.push(format!("{}: {e}", self.work.display()));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(io::Error::other(errors.join("; ")))
+        }
+    }
+}
+
+fn nix_kill(pid: i32) -> io::Result<()> {
+    run(Command::new("kill").args(["-KILL", &pid.to_string()])).map(|_| ())
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        if let Err(e) = self.teardown() {
+            eprintln!("moafs bench: teardown of {}: {e}", self.kind.name());
+        }
+    }
+}
