@@ -75,6 +75,10 @@ pub struct Run {
     pub result: postmark::PostmarkResult,
     /// Engine counters of the run (engine target only).
     pub engine: Option<serde_json::Value>,
+    /// What the device saw, unmount included (managed targets; fuse2fs not measured).
+    pub device: Option<managed::DeviceIo>,
+    /// Device bytes written per PostMark operation (all creates, appends, reads and deletes).
+    pub device_bytes_written_per_op: Option<f64>,
 }
 
 /// The report `moafs bench --json` writes (schema in docs/BENCHMARKS.md).
@@ -89,6 +93,8 @@ pub struct Report {
     pub transactions_per_sec: Summary,
     /// Over the runs: wall seconds of the whole run.
     pub total_secs: Summary,
+    /// Over the runs: device bytes written per operation (managed targets that measure it).
+    pub device_bytes_written_per_op: Option<Summary>,
 }
 
 /// The configuration of a named workload, scaled.
@@ -119,15 +125,27 @@ pub fn run_reps(
         let mut t = make(rep)?;
         name = t.name();
         let result = postmark::run(t.as_mut(), cfg)?;
+        let engine = t.counters();
+        let device = t.finish()?;
         progress(rep, &result);
+        let c = &result.counts;
+        let ops = c.created_initial + c.reads + c.appends + c.creates + c.deletes + c.deleted_final;
         runs.push(Run {
             rep,
+            device_bytes_written_per_op: device
+                .filter(|_| ops > 0)
+                .map(|d| d.write_bytes as f64 / ops as f64),
             result,
-            engine: t.counters(),
+            engine,
+            device,
         });
     }
     let tps: Vec<f64> = runs.iter().map(|r| r.result.transactions_per_sec).collect();
     let secs: Vec<f64> = runs.iter().map(|r| r.result.total_secs).collect();
+    let per_op: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.device_bytes_written_per_op)
+        .collect();
     let bad = || io::Error::other("a run produced no finite measure");
     Ok(Report {
         schema: 1,
@@ -136,6 +154,7 @@ pub fn run_reps(
         target: name,
         transactions_per_sec: Summary::of(&tps).ok_or_else(bad)?,
         total_secs: Summary::of(&secs).ok_or_else(bad)?,
+        device_bytes_written_per_op: Summary::of(&per_op),
         runs,
     })
 }

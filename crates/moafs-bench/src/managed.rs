@@ -68,10 +68,41 @@ pub struct ManagedOptions {
     pub moafs_options: String,
 }
 
+/// What the device under a managed target saw during a run: the loop device's block-layer
+/// counters (`/sys/block/loopN/stat`, unmount included), or for moafs the counters of its own
+/// device layer (`stats=` at unmount). fuse2fs: not measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceIo {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    /// Device flushes (moafs only; the block layer's flush count is not in `stat`).
+    pub flushes: Option<u64>,
+}
+
+/// (reads completed, sectors read, writes completed, sectors written) of a block device.
+fn block_stat(dev: &str) -> io::Result<[u64; 4]> {
+    let name = dev.rsplit('/').next().unwrap_or(dev);
+    let s = std::fs::read_to_string(format!("/sys/block/{name}/stat"))?;
+    let f: Vec<u64> = s
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    if f.len() < 7 {
+        return Err(io::Error::other(format!("short /sys/block/{name}/stat")));
+    }
+    Ok([f[0], f[2], f[4], f[6]])
+}
+
 /// A mounted, managed file system; unmounted and removed on drop.
 #[derive(Debug)]
 pub struct Managed {
     kind: Kind,
+    /// Block counters of the loop device when the run began.
+    start: Option<[u64; 4]>,
+    /// moafs's `stats=` file.
+    stats: Option<PathBuf>,
     work: PathBuf,
     mnt: PathBuf,
     img: PathBuf,
@@ -154,6 +185,8 @@ impl Managed {
             loopdev: None,
             daemon_pid: None,
             child: None,
+            start: None,
+            stats: None,
         };
         // From here on, an error drops `m`, which takes down whatever was set up.
         std::fs::create_dir(&m.mnt)?;
@@ -162,7 +195,9 @@ impl Managed {
             Kind::Moafs => {
                 run(Command::new(&o.moafs).arg("mkfs").arg(&m.img))?;
                 let pidfile = m.work.join("pid");
-                let mut opts = format!("pidfile={}", pidfile.display());
+                let stats = m.work.join("stats.json");
+                let mut opts = format!("pidfile={},stats={}", pidfile.display(), stats.display());
+                m.stats = Some(stats);
                 if !o.moafs_options.is_empty() {
                     opts = format!("{opts},{}", o.moafs_options);
                 }
@@ -201,6 +236,7 @@ impl Managed {
                 let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(&m.img))?;
                 m.loopdev = Some(dev.clone());
                 run(Command::new("mount").arg(&dev).arg(&m.mnt))?;
+                m.start = Some(block_stat(&dev)?);
             }
         }
         if !is_mounted(&m.mnt) {
@@ -234,8 +270,59 @@ impl Managed {
         self.daemon_pid
     }
 
+    /// Unmounts (everything is written back then), reads what the device saw during the run,
+    /// and takes the target down.
+    pub fn finish(mut self) -> io::Result<Option<DeviceIo>> {
+        let mut errors = Vec::new();
+        self.unmount(&mut errors);
+        let io = self.device_io();
+        self.release(&mut errors);
+        if !errors.is_empty() {
+            return Err(io::Error::other(errors.join("; ")));
+        }
+        io
+    }
+
+    fn device_io(&self) -> io::Result<Option<DeviceIo>> {
+        if let (Some(dev), Some(start)) = (&self.loopdev, self.start) {
+            let end = block_stat(dev)?;
+            return Ok(Some(DeviceIo {
+                reads: end[0].saturating_sub(start[0]),
+                read_bytes: end[1].saturating_sub(start[1]) * 512,
+                writes: end[2].saturating_sub(start[2]),
+                write_bytes: end[3].saturating_sub(start[3]) * 512,
+                flushes: None,
+            }));
+        }
+        if let Some(path) = &self.stats {
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)
+                .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
+            let d = &v["device"];
+            let n = |k: &str| d[k].as_u64().unwrap_or(0);
+            return Ok(Some(DeviceIo {
+                reads: n("reads"),
+                read_bytes: n("read_bytes"),
+                writes: n("writes"),
+                write_bytes: n("write_bytes"),
+                flushes: d["flushes"].as_u64(),
+            }));
+        }
+        Ok(None) // fuse2fs: its image I/O is not separable from its FUSE traffic
+    }
+
     fn teardown(&mut self) -> io::Result<()> {
         let mut errors = Vec::new();
+        self.unmount(&mut errors);
+        self.release(&mut errors);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(io::Error::other(errors.join("; ")))
+        }
+    }
+
+    /// Unmounts and waits for a FUSE daemon to exit.
+    fn unmount(&mut self, errors: &mut Vec<String>) {
         if is_mounted(&self.mnt) {
             let res = if self.daemon_pid.is_some() {
                 run(Command::new("fusermount3").arg("-u").arg(&self.mnt))
@@ -258,18 +345,20 @@ impl Managed {
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
+        self.daemon_pid = None;
+    }
+
+    /// Detaches the loop device and removes the image and mount point.
+    fn release(&mut self, errors: &mut Vec<String>) {
         if let Some(dev) = self.loopdev.take() {
             if let Err(e) = run(Command::new("losetup").arg("-d").arg(&dev)) {
                 errors.push(e.to_string());
             }
         }
-        if let Err(e) = std::fs::remove_dir_all(&self.work) {
-            errors.push(format!("{}: {e}", self.work.display()));
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(io::Error::other(errors.join("; ")))
+        if self.work.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&self.work) {
+                errors.push(format!("{}: {e}", self.work.display()));
+            }
         }
     }
 }

@@ -33,6 +33,11 @@ pub trait Target {
     fn counters(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Ends the run: a managed target is unmounted (so everything is written back) and taken
+    /// down, and reports what its device saw.
+    fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {
+        Ok(None)
+    }
 }
 
 const ROOT: Caller = Caller { uid: 0, gid: 0 };
@@ -283,6 +288,13 @@ impl Target for DirTarget {
     fn remove(&mut self, path: &str) -> io::Result<()> {
         self.check()?;
         std::fs::remove_file(self.root.join(path))
+    }
+
+    fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {
+        match self.managed.take() {
+            Some(m) => m.finish(),
+            None => Ok(None),
+        }
     }
 
     fn sync(&mut self) -> io::Result<()> {

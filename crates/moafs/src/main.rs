@@ -349,6 +349,14 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         t.sd,
         t.n
     );
+    if let Some(d) = &rep.device_bytes_written_per_op {
+        say!(
+            "  device bytes written per operation: {:.0} (95 % CI {:.0} .. {:.0})",
+            d.mean,
+            d.low(),
+            d.high()
+        );
+    }
     if let Some(path) = &a.json {
         let s = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
         std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))?;

@@ -146,6 +146,16 @@ fn managed_targets_run_and_are_always_taken_down() {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(v["target"], kind);
         assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+        for r in v["runs"].as_array().unwrap() {
+            if kind == "fuse2fs" {
+                assert!(r["device"].is_null(), "fuse2fs: not measured");
+            } else {
+                // files were created and the unmount wrote them back
+                let w = r["device"]["write_bytes"].as_u64().unwrap();
+                assert!(w > 0, "{kind}: {}", r["device"]);
+                assert!(r["device_bytes_written_per_op"].as_f64().unwrap() > 0.0);
+            }
+        }
         std::fs::remove_file(&json).unwrap();
         assert_eq!(leftovers(backing.path()), Vec::<String>::new(), "{kind}");
     }
