@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: make a 512 MiB image in /dev/shm, mount it, run a short
 # small-file + large-file workload, verify every byte after a remount, print what the device saw,
-# unmount. Cleans up even on failure.
+# unmount; then compare moafs with ext4 and fuse2fs on PostMark (`moafs bench`). Cleans up even
+# on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MOAFS=${MOAFS:-$PWD/target/release/moafs}
@@ -53,3 +54,6 @@ cp "$work/pid" "$work/pid.keep"
 unmount
 echo "== inspect"
 "$MOAFS" inspect "$img" | head -n 20
+echo "== comparison: PostMark (1/20 of FSL), moafs vs ext4 vs fuse2fs on fresh 1 GiB images in /dev/shm,"
+echo "   3 repetitions, targets taking turns (moafs bench; docs/BENCHMARKS.md)"
+"$MOAFS" bench --target moafs,ext4,fuse2fs --size 1G --reps 3 | grep -v " run "

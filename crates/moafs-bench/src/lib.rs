@@ -111,26 +111,21 @@ pub fn workload(name: &str, scale: f64, seed: u64) -> Option<postmark::PostmarkC
     Some(cfg)
 }
 
-/// Runs `reps` repetitions, each on a fresh target made by `make`, and summarises them.
-pub fn run_reps(
-    workload_name: &str,
+/// Runs one repetition on a fresh target and measures it.
+fn run_once(
+    rep: usize,
     cfg: &postmark::PostmarkConfig,
-    reps: usize,
-    mut make: impl FnMut(usize) -> io::Result<Box<dyn target::Target>>,
-    mut progress: impl FnMut(usize, &postmark::PostmarkResult),
-) -> io::Result<Report> {
-    let mut runs = Vec::new();
-    let mut name = String::new();
-    for rep in 1..=reps.max(1) {
-        let mut t = make(rep)?;
-        name = t.name();
-        let result = postmark::run(t.as_mut(), cfg)?;
-        let engine = t.counters();
-        let device = t.finish()?;
-        progress(rep, &result);
-        let c = &result.counts;
-        let ops = c.created_initial + c.reads + c.appends + c.creates + c.deletes + c.deleted_final;
-        runs.push(Run {
+    mut t: Box<dyn target::Target>,
+) -> io::Result<(String, Run)> {
+    let name = t.name();
+    let result = postmark::run(t.as_mut(), cfg)?;
+    let engine = t.counters();
+    let device = t.finish()?;
+    let c = &result.counts;
+    let ops = c.created_initial + c.reads + c.appends + c.creates + c.deletes + c.deleted_final;
+    Ok((
+        name,
+        Run {
             rep,
             device_bytes_written_per_op: device
                 .filter(|_| ops > 0)
@@ -138,8 +133,16 @@ pub fn run_reps(
             result,
             engine,
             device,
-        });
-    }
+        },
+    ))
+}
+
+fn summarise(
+    workload_name: &str,
+    cfg: &postmark::PostmarkConfig,
+    target: String,
+    runs: Vec<Run>,
+) -> io::Result<Report> {
     let tps: Vec<f64> = runs.iter().map(|r| r.result.transactions_per_sec).collect();
     let secs: Vec<f64> = runs.iter().map(|r| r.result.total_secs).collect();
     let per_op: Vec<f64> = runs
@@ -151,10 +154,78 @@ pub fn run_reps(
         schema: 1,
         workload: workload_name.to_string(),
         config: cfg.clone(),
-        target: name,
+        target,
         transactions_per_sec: Summary::of(&tps).ok_or_else(bad)?,
         total_secs: Summary::of(&secs).ok_or_else(bad)?,
         device_bytes_written_per_op: Summary::of(&per_op),
         runs,
     })
+}
+
+/// Runs `reps` repetitions on each of `targets` (made fresh by `make(target, rep)`), the
+/// targets taking turns within each repetition so that a noisy minute hits all of them, and
+/// summarises each target.
+pub fn run_interleaved(
+    workload_name: &str,
+    cfg: &postmark::PostmarkConfig,
+    reps: usize,
+    targets: usize,
+    mut make: impl FnMut(usize, usize) -> io::Result<Box<dyn target::Target>>,
+    mut progress: impl FnMut(&str, usize, &postmark::PostmarkResult),
+) -> io::Result<Vec<Report>> {
+    let mut runs: Vec<(String, Vec<Run>)> = vec![(String::new(), Vec::new()); targets];
+    for rep in 1..=reps.max(1) {
+        for (i, slot) in runs.iter_mut().enumerate() {
+            let (name, run) = run_once(rep, cfg, make(i, rep)?)?;
+            progress(&name, rep, &run.result);
+            slot.0 = name;
+            slot.1.push(run);
+        }
+    }
+    runs.into_iter()
+        .map(|(name, r)| summarise(workload_name, cfg, name, r))
+        .collect()
+}
+
+/// Runs `reps` repetitions, each on a fresh target made by `make`, and summarises them.
+pub fn run_reps(
+    workload_name: &str,
+    cfg: &postmark::PostmarkConfig,
+    reps: usize,
+    mut make: impl FnMut(usize) -> io::Result<Box<dyn target::Target>>,
+    mut progress: impl FnMut(usize, &postmark::PostmarkResult),
+) -> io::Result<Report> {
+    let mut reports = run_interleaved(
+        workload_name,
+        cfg,
+        reps,
+        1,
+        |_, rep| make(rep),
+        |_, rep, r| progress(rep, r),
+    )?;
+    reports.pop().ok_or_else(|| io::Error::other("no report"))
+}
+
+/// How each target compares with the first (the baseline), on transactions per second.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub target: String,
+    /// Mean over mean.
+    pub ratio_to_baseline: f64,
+    /// From the 95 % intervals: overlapping intervals are "no_difference".
+    pub verdict: stats::Verdict,
+}
+
+pub fn compare_to_first(reports: &[Report]) -> Vec<Comparison> {
+    let Some(base) = reports.first() else {
+        return Vec::new();
+    };
+    reports
+        .iter()
+        .map(|r| Comparison {
+            target: r.target.clone(),
+            ratio_to_baseline: r.transactions_per_sec.mean / base.transactions_per_sec.mean,
+            verdict: stats::compare(&r.transactions_per_sec, &base.transactions_per_sec),
+        })
+        .collect()
 }

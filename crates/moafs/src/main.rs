@@ -54,7 +54,8 @@ struct BenchArgs {
     workload: String,
     /// `engine` (in-process on memory), a managed file system made fresh for every run
     /// (`moafs`, `ext4`, `xfs`, `btrfs`, `fuse2fs`; root), or a directory (a fresh
-    /// subdirectory per run).
+    /// subdirectory per run). Several, comma-separated: they take turns within each
+    /// repetition and are compared with the first.
     #[arg(long, default_value = "engine")]
     target: String,
     /// Image size of managed targets.
@@ -277,29 +278,37 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         )
     })?;
     use moafs_bench::managed::{Kind, Managed, ManagedOptions};
-    let managed = match Kind::parse(&a.target) {
-        Some(kind) => {
+    /// One target of the comma-separated list.
+    enum Spec {
+        Engine,
+        Managed(ManagedOptions),
+        Dir(PathBuf),
+    }
+    let mut specs = Vec::new();
+    for name in a.target.split(',').map(str::trim) {
+        specs.push(if name == "engine" {
+            Spec::Engine
+        } else if let Some(kind) = Kind::parse(name) {
             if !a.backing.is_dir() {
                 return Err(format!(
                     "--backing {} is not a directory",
                     a.backing.display()
                 ));
             }
-            Some(ManagedOptions {
+            Spec::Managed(ManagedOptions {
                 kind,
                 size: parse_size(&a.size)?,
                 backing: a.backing.clone(),
                 moafs: std::env::current_exe().map_err(|e| e.to_string())?,
                 moafs_options: String::new(),
             })
-        }
-        None => None,
-    };
-    let dir = (a.target != "engine" && managed.is_none()).then(|| PathBuf::from(&a.target));
-    if let Some(d) = &dir {
-        if !d.is_dir() {
-            return Err(format!("target {} is not a directory", d.display()));
-        }
+        } else {
+            let d = PathBuf::from(name);
+            if !d.is_dir() {
+                return Err(format!("target {} is not a directory", d.display()));
+            }
+            Spec::Dir(d)
+        });
     }
     // Ctrl-C: the running workload fails at its next operation and its target is taken
     // down on the way out; a second Ctrl-C exits at once.
@@ -310,55 +319,92 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         eprintln!("moafs bench: interrupted; taking the target down (Ctrl-C again to quit now)");
         moafs_bench::interrupt();
     });
-    let make = |rep: usize| -> std::io::Result<Box<dyn Target>> {
-        if let Some(o) = &managed {
-            return Ok(Box::new(DirTarget::managed(Managed::create(o)?)));
-        }
-        match &dir {
-            None => Ok(Box::new(EngineTarget::in_memory(1 << 30)?)),
-            Some(d) => Ok(Box::new(DirTarget::scratch(
+    let make = |i: usize, rep: usize| -> std::io::Result<Box<dyn Target>> {
+        Ok(match &specs[i] {
+            Spec::Engine => Box::new(EngineTarget::in_memory(1 << 30)?),
+            Spec::Managed(o) => Box::new(DirTarget::managed(Managed::create(o)?)),
+            Spec::Dir(d) => Box::new(DirTarget::scratch(
                 d,
-                &format!("moafs-bench-{}-{rep}", std::process::id()),
-            )?)),
-        }
+                &format!("moafs-bench-{}-{i}-{rep}", std::process::id()),
+            )?),
+        })
     };
     say!(
-        "{}: {} files, {} subdirectories, {} transactions, seed {}, {} repetitions",
+        "{}: {} files, {} subdirectories, {} transactions, seed {}, {} repetitions{}",
         a.workload,
         cfg.files,
         cfg.subdirs,
         cfg.transactions,
         cfg.seed,
-        a.reps
+        a.reps,
+        if specs.len() > 1 {
+            ", targets taking turns"
+        } else {
+            ""
+        }
     );
-    let rep = moafs_bench::run_reps(&a.workload, &cfg, a.reps, make, |rep, r| {
-        say!(
-            "  run {rep}: {:.0} transactions/s, {:.2} s in all",
-            r.transactions_per_sec,
-            r.total_secs
-        );
-    })
+    let reports = moafs_bench::run_interleaved(
+        &a.workload,
+        &cfg,
+        a.reps,
+        specs.len(),
+        make,
+        |name, rep, r| {
+            say!(
+                "  {name} run {rep}: {:.0} transactions/s, {:.2} s in all",
+                r.transactions_per_sec,
+                r.total_secs
+            );
+        },
+    )
     .map_err(|e| format!("benchmark on {}: {e}", a.target))?;
-    let t = &rep.transactions_per_sec;
-    say!(
-        "{}: {:.0} transactions/s (95 % CI {:.0} .. {:.0}, sd {:.0}, n {})",
-        rep.target,
-        t.mean,
-        t.low(),
-        t.high(),
-        t.sd,
-        t.n
-    );
-    if let Some(d) = &rep.device_bytes_written_per_op {
+    for rep in &reports {
+        let t = &rep.transactions_per_sec;
         say!(
-            "  device bytes written per operation: {:.0} (95 % CI {:.0} .. {:.0})",
-            d.mean,
-            d.low(),
-            d.high()
+            "{}: {:.0} transactions/s (95 % CI {:.0} .. {:.0}, sd {:.0}, n {})",
+            rep.target,
+            t.mean,
+            t.low(),
+            t.high(),
+            t.sd,
+            t.n
         );
+        if let Some(d) = &rep.device_bytes_written_per_op {
+            say!(
+                "  device bytes written per operation: {:.0} (95 % CI {:.0} .. {:.0})",
+                d.mean,
+                d.low(),
+                d.high()
+            );
+        }
+    }
+    let comparison = moafs_bench::compare_to_first(&reports);
+    if reports.len() > 1 {
+        say!(
+            "compared with {} (transactions/s, mean over mean; 95 % intervals):",
+            reports[0].target
+        );
+        for c in &comparison[1..] {
+            let verdict = match c.verdict {
+                moafs_bench::stats::Verdict::Higher => "faster",
+                moafs_bench::stats::Verdict::Lower => "slower",
+                moafs_bench::stats::Verdict::NoDifference => "no difference shown",
+            };
+            say!("  {:10} {:6.2}x  {verdict}", c.target, c.ratio_to_baseline);
+        }
     }
     if let Some(path) = &a.json {
-        let s = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
+        let value = if reports.len() == 1 {
+            serde_json::to_value(&reports[0])
+        } else {
+            serde_json::to_value(serde_json::json!({
+                "schema": 1,
+                "comparison": comparison,
+                "reports": reports,
+            }))
+        }
+        .map_err(|e| e.to_string())?;
+        let s = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
         std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())

@@ -3,23 +3,31 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_moafs");
 
-#[test]
-fn bench_writes_a_report_with_every_run() {
-    let tmp = tempfile::tempdir().unwrap();
-    let json = tmp.path().join("report.json");
+/// Runs `moafs ARGS --json JSON`, requires success, returns stdout and the parsed report.
+fn bench_json(args: &[&str], json: &std::path::Path) -> (String, serde_json::Value) {
     let out = Command::new(BIN)
-        .args([
-            "bench", "--reps", "3", "--scale", "0.02", "--seed", "5", "--json",
-        ])
-        .arg(&json)
+        .args(args)
+        .arg("--json")
+        .arg(json)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), v)
+}
+
+#[test]
+fn bench_writes_a_report_with_every_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("report.json");
+    let (_, v) = bench_json(
+        &["bench", "--reps", "3", "--scale", "0.02", "--seed", "5"],
+        &json,
+    );
     assert_eq!(v["schema"], 1);
     assert_eq!(v["workload"], "postmark-quick");
     assert_eq!(v["config"]["files"], 20);
@@ -130,20 +138,23 @@ fn managed_targets_run_and_are_always_taken_down() {
             continue;
         }
         let json = backing.path().join("r.json");
-        let out = Command::new(BIN)
-            .args(["bench", "--target", kind, "--size", "512M", "--reps", "2"])
-            .args(["--scale", "0.05", "--json"])
-            .arg(&json)
-            .arg("--backing")
-            .arg(backing.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{kind}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let b = backing.path().to_str().unwrap();
+        let (_, v) = bench_json(
+            &[
+                "bench",
+                "--target",
+                kind,
+                "--size",
+                "512M",
+                "--reps",
+                "2",
+                "--scale",
+                "0.05",
+                "--backing",
+                b,
+            ],
+            &json,
         );
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(v["target"], kind);
         assert_eq!(v["runs"].as_array().unwrap().len(), 2);
         for r in v["runs"].as_array().unwrap() {
@@ -200,4 +211,44 @@ fn a_failing_or_interrupted_run_still_takes_the_target_down() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("interrupted"), "{err}");
     assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+}
+
+#[test]
+fn several_targets_take_turns_and_are_compared_with_the_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    let json = tmp.path().join("cmp.json");
+    let targets = format!("engine,{}", dir.display());
+    let (text, v) = bench_json(
+        &[
+            "bench", "--reps", "2", "--scale", "0.02", "--target", &targets,
+        ],
+        &json,
+    );
+    // progress lines alternate: engine 1, dir 1, engine 2, dir 2
+    let order: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" run "))
+        .map(|l| {
+            if l.trim_start().starts_with("engine") {
+                "e"
+            } else {
+                "d"
+            }
+        })
+        .collect();
+    assert_eq!(order, ["e", "d", "e", "d"], "{text}");
+    assert!(text.contains("compared with engine"), "{text}");
+    let reports = v["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 2);
+    assert!(reports
+        .iter()
+        .all(|r| r["runs"].as_array().unwrap().len() == 2));
+    let cmp = v["comparison"].as_array().unwrap();
+    assert_eq!(cmp[0]["ratio_to_baseline"], 1.0);
+    let verdicts = ["higher", "lower", "no_difference"];
+    assert!(verdicts.contains(&cmp[1]["verdict"].as_str().unwrap()));
+    // the scratch directories are gone
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
 }
