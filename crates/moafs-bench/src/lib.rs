@@ -2,6 +2,7 @@
 //! directory), native seeded workloads, and the statistics that keep comparisons honest.
 //! `moafs bench` is its command line.
 
+pub mod hygiene;
 pub mod managed;
 pub mod postmark;
 pub mod stats;
@@ -79,6 +80,10 @@ pub struct Run {
     pub device: Option<managed::DeviceIo>,
     /// Device bytes written per PostMark operation (all creates, appends, reads and deletes).
     pub device_bytes_written_per_op: Option<f64>,
+    /// The cache state the run started from.
+    pub cache: hygiene::CacheState,
+    /// Bytes other processes moved on real disks just before the run (when watched).
+    pub other_disk_bytes_before: Option<u64>,
 }
 
 /// The report `moafs bench --json` writes (schema in docs/BENCHMARKS.md).
@@ -115,9 +120,14 @@ pub fn workload(name: &str, scale: f64, seed: u64) -> Option<postmark::PostmarkC
 fn run_once(
     rep: usize,
     cfg: &postmark::PostmarkConfig,
+    hygiene: &hygiene::Hygiene,
     mut t: Box<dyn target::Target>,
 ) -> io::Result<(String, Run)> {
     let name = t.name();
+    let other = hygiene.watch.map(hygiene::other_disk_activity);
+    if hygiene.cache == hygiene::CacheState::Dropped {
+        hygiene::drop_caches()?;
+    }
     let result = postmark::run(t.as_mut(), cfg)?;
     let engine = t.counters();
     let device = t.finish()?;
@@ -133,6 +143,8 @@ fn run_once(
             result,
             engine,
             device,
+            cache: hygiene.cache,
+            other_disk_bytes_before: other,
         },
     ))
 }
@@ -169,15 +181,16 @@ pub fn run_interleaved(
     workload_name: &str,
     cfg: &postmark::PostmarkConfig,
     reps: usize,
+    hygiene: &hygiene::Hygiene,
     targets: usize,
     mut make: impl FnMut(usize, usize) -> io::Result<Box<dyn target::Target>>,
-    mut progress: impl FnMut(&str, usize, &postmark::PostmarkResult),
+    mut progress: impl FnMut(&str, usize, &Run),
 ) -> io::Result<Vec<Report>> {
     let mut runs: Vec<(String, Vec<Run>)> = vec![(String::new(), Vec::new()); targets];
     for rep in 1..=reps.max(1) {
         for (i, slot) in runs.iter_mut().enumerate() {
-            let (name, run) = run_once(rep, cfg, make(i, rep)?)?;
-            progress(&name, rep, &run.result);
+            let (name, run) = run_once(rep, cfg, hygiene, make(i, rep)?)?;
+            progress(&name, rep, &run);
             slot.0 = name;
             slot.1.push(run);
         }
@@ -199,9 +212,10 @@ pub fn run_reps(
         workload_name,
         cfg,
         reps,
+        &hygiene::Hygiene::default(),
         1,
         |_, rep| make(rep),
-        |_, rep, r| progress(rep, r),
+        |_, rep, r| progress(rep, &r.result),
     )?;
     reports.pop().ok_or_else(|| io::Error::other("no report"))
 }

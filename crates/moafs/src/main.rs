@@ -75,6 +75,14 @@ struct BenchArgs {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Cache state before each run: `fresh` (a new target per run; scenario B of paper 002)
+    /// or `dropped` (also sync and drop the kernel's caches; scenario A; root).
+    #[arg(long, default_value = "fresh")]
+    cache: String,
+    /// Watch real disks for this many milliseconds before each run and warn when something
+    /// else moved data (0: do not watch).
+    #[arg(long, default_value_t = 300)]
+    watch_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -277,6 +285,15 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             a.workload
         )
     })?;
+    use moafs_bench::hygiene::{CacheState, Hygiene};
+    let hygiene = Hygiene {
+        cache: match a.cache.as_str() {
+            "fresh" => CacheState::Fresh,
+            "dropped" => CacheState::Dropped,
+            other => return Err(format!("--cache takes fresh or dropped, not {other:?}")),
+        },
+        watch: (a.watch_ms > 0).then(|| std::time::Duration::from_millis(a.watch_ms)),
+    };
     use moafs_bench::managed::{Kind, Managed, ManagedOptions};
     /// One target of the comma-separated list.
     enum Spec {
@@ -347,14 +364,23 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         &a.workload,
         &cfg,
         a.reps,
+        &hygiene,
         specs.len(),
         make,
-        |name, rep, r| {
+        |name, rep, run| {
+            let r = &run.result;
             say!(
                 "  {name} run {rep}: {:.0} transactions/s, {:.2} s in all",
                 r.transactions_per_sec,
                 r.total_secs
             );
+            if let Some(b) = run.other_disk_bytes_before.filter(|&b| b >= 1 << 20) {
+                eprintln!(
+                    "moafs bench: warning: other processes moved {:.1} MiB on disks just before \
+                     {name} run {rep}; its result may be disturbed",
+                    b as f64 / (1 << 20) as f64
+                );
+            }
         },
     )
     .map_err(|e| format!("benchmark on {}: {e}", a.target))?;

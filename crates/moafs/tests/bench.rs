@@ -74,6 +74,7 @@ fn bench_lists_and_refuses_bad_input() {
         vec!["bench", "--scale", "0"],
         vec!["bench", "--scale", "nan"],
         vec!["bench", "--reps", "0"],
+        vec!["bench", "--cache", "nope"],
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -251,4 +252,37 @@ fn several_targets_take_turns_and_are_compared_with_the_first() {
     assert!(verdicts.contains(&cmp[1]["verdict"].as_str().unwrap()));
     // the scratch directories are gone
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn dropped_caches_and_disk_watch_are_recorded_per_run() {
+    if !is_root() {
+        return; // dropping the page cache needs root
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("r.json");
+    let (_, v) = bench_json(
+        &[
+            "bench",
+            "--reps",
+            "2",
+            "--scale",
+            "0.02",
+            "--cache",
+            "dropped",
+            "--watch-ms",
+            "50",
+        ],
+        &json,
+    );
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(r["cache"], "dropped");
+        assert!(r["other_disk_bytes_before"].is_u64(), "{r}");
+    }
+    let (_, v) = bench_json(
+        &["bench", "--reps", "1", "--scale", "0.02", "--watch-ms", "0"],
+        &json,
+    );
+    assert_eq!(v["runs"][0]["cache"], "fresh");
+    assert!(v["runs"][0]["other_disk_bytes_before"].is_null());
 }
