@@ -999,6 +999,39 @@ fn tune_bdi(mountpoint: &Path, cfg: &MountConfig) {
     }
 }
 
+/// Aborts the FUSE connection of the mount at `mountpoint` through the fusectl file system
+/// (mounting it at /sys/fs/fuse/connections when it is not; root).
+fn abort_connection(mountpoint: &Path) -> io::Result<()> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let want = mountpoint.to_string_lossy();
+    let dev = info
+        .lines()
+        .rev() // the newest mount on that point
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let mp = f.get(4)?.replace("\\040", " ");
+            (mp == want).then(|| f.get(2).map(|d| d.to_string()))?
+        })
+        .next()
+        .ok_or_else(|| io::Error::other("mount point not in /proc/self/mountinfo"))?;
+    let minor = dev
+        .split(':')
+        .nth(1)
+        .ok_or_else(|| io::Error::other(format!("odd device {dev:?}")))?;
+    let conns = Path::new("/sys/fs/fuse/connections");
+    if !conns.join(minor).exists() {
+        nix::mount::mount(
+            Some("fusectl"),
+            conns,
+            Some("fusectl"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(io::Error::from)?;
+    }
+    std::fs::write(conns.join(minor).join("abort"), "1")
+}
+
 pub fn mount_blocking(
     fs: Arc<Fs>,
     mountpoint: &Path,
@@ -1011,7 +1044,14 @@ pub fn mount_blocking(
     let _mask = MaskGuard(old_mask);
 
     let mountpoint = mountpoint.canonicalize()?;
-    let adapter = MoafsFuse::new(fs.clone(), cfg);
+    let mut adapter_cfg = cfg.clone();
+    if cfg.uring == UringMode::Auto {
+        if let Err(e) = uring::probe() {
+            log::info!("FUSE over io_uring not used: {e}");
+            adapter_cfg.uring = UringMode::Off;
+        }
+    }
+    let adapter = MoafsFuse::new(fs.clone(), &adapter_cfg);
     let activity = adapter.activity().clone();
     if cfg.uring == UringMode::Auto && !uring::kernel_enabled() && nix::unistd::geteuid().is_root()
     {
@@ -1058,16 +1098,40 @@ pub fn mount_blocking(
     let ticker = Ticker::start(fs.clone())?;
     let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;
     log::info!("mounted on {}", mountpoint.display());
+    // Ends the session from an io_uring queue that can no longer be served: abort the FUSE
+    // connection (every waiting and later request fails at once, /dev/fuse reads end, and
+    // the daemon writes back and exits as at unmount); unmount if that is not possible.
+    let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
+    let abort_mp = mountpoint.clone();
+    let on_fatal: uring::OnFatal = Arc::new(move || {
+        if let Err(e) = abort_connection(&abort_mp) {
+            log::error!("cannot abort the FUSE connection: {e}; unmounting");
+            let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = u.unmount() {
+                log::error!("unmount after an io_uring failure: {e}");
+            }
+        }
+    });
     let res = session.run_with_extra(|dispatcher| {
         if let Some((fd, ucfg)) = uring_setup {
-            match uring::start(fd, dispatcher, ucfg) {
+            match uring::start(fd, dispatcher, ucfg, on_fatal.clone()) {
                 Ok(workers) => {
                     log::info!("serving FUSE over io_uring ({} queues)", ucfg.queues);
                     // Ready once every request path is set up (the /dev/fuse threads run).
                     ready();
                     return workers;
                 }
-                Err(e) => log::warn!("FUSE over io_uring unavailable, using /dev/fuse: {e}"),
+                Err(e) => {
+                    // INIT granted the transport: the kernel holds every request until the
+                    // rings are ready, so /dev/fuse cannot take over. End the mount with a
+                    // clear error instead of hanging its users.
+                    log::error!(
+                        "cannot serve FUSE over io_uring ({e}); unmounting — mount with \
+                         -o uring=off to use /dev/fuse"
+                    );
+                    on_fatal();
+                    return fuser::ExtraWorkers::default();
+                }
             }
         }
         start_poller();

@@ -81,17 +81,47 @@ pub fn kernel_enable() -> io::Result<()> {
 /// Number of possible CPUs (`/sys/devices/system/cpu/possible`, e.g. "0-1"); the kernel makes
 /// one queue for each.
 pub fn possible_cpus() -> io::Result<usize> {
-    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    parse_possible(&std::fs::read_to_string(
+        "/sys/devices/system/cpu/possible",
+    )?)
+}
+
+/// The number of CPUs in a CPU list like "0-1" or "0-3,8-11"; an error when the numbering
+/// has holes (queue ids are CPU numbers here, which holes would break) or cannot be read.
+fn parse_possible(s: &str) -> io::Result<usize> {
+    let bad = || io::Error::other(format!("cannot parse possible CPUs {s:?}"));
     let mut max = None;
+    let mut count = 0usize;
     for part in s.trim().split(',') {
-        let hi = part.rsplit('-').next().unwrap_or(part);
-        let hi: usize = hi
-            .parse()
-            .map_err(|_| io::Error::other(format!("cannot parse possible CPUs {s:?}")))?;
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (lo, hi),
+            None => (part, part),
+        };
+        let lo: usize = lo.trim().parse().map_err(|_| bad())?;
+        let hi: usize = hi.trim().parse().map_err(|_| bad())?;
+        if hi < lo {
+            return Err(bad());
+        }
+        count += hi - lo + 1;
         max = Some(max.map_or(hi, |m: usize| m.max(hi)));
     }
-    max.map(|m| m + 1)
-        .ok_or_else(|| io::Error::other("no possible CPUs"))
+    let n = max.ok_or_else(bad)? + 1;
+    if count != n {
+        return Err(io::Error::other(format!("possible CPUs {s:?} have holes")));
+    }
+    Ok(n)
+}
+
+/// Whether this process can set up a ring as the transport needs (128-byte SQEs): io_uring
+/// may be disabled (`kernel.io_uring_disabled`, seccomp). Checked before FUSE_INIT asks for
+/// the transport, because once granted the kernel holds every request until the rings are
+/// ready.
+pub fn probe() -> io::Result<()> {
+    possible_cpus()?;
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .setup_single_issuer()
+        .build(2)
+        .map(drop)
 }
 
 /// The two buffers of one ring entry and the iovecs that name them. They are handed to the
@@ -157,7 +187,9 @@ impl Entry {
         let payload = Entry::u32_at(&self.header, PAYLOAD_SZ_AT) as usize;
         let commit_id = Entry::u64_at(&self.header, COMMIT_ID_AT);
         let arg0 = len.checked_sub(IN_HEADER_SZ + payload)?;
-        if arg0 > OP_IN_SZ || payload > self.payload_cap() {
+        // fuser reads arguments in place and needs them 8-byte aligned (every per-opcode
+        // struct is a multiple of 8 bytes; anything else is refused with EIO).
+        if arg0 > OP_IN_SZ || arg0 % 8 != 0 || payload > self.payload_cap() {
             return None;
         }
         let at = self.at;
@@ -441,6 +473,24 @@ impl<FS: Filesystem> Server<FS> {
         Ok(())
     }
 
+    /// Dispatches `req` (or `small_req`); a panic in the file system becomes an EIO reply
+    /// instead of the end of this queue's thread (whose CPU would be left without entries).
+    fn dispatch_guarded(&self, req: Option<&[u8]>) -> Dispatched {
+        let req = req.unwrap_or(&self.small_req);
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.dispatcher.dispatch(req, &self.handle)
+        }));
+        res.unwrap_or_else(|_| {
+            log::error!(
+                "io_uring queue {}: a request panicked; answered EIO",
+                self.qid
+            );
+            // whatever the panic left half-written is discarded: no reply → EIO
+            self.sink.state().clear();
+            Dispatched::Handled
+        })
+    }
+
     /// Runs the request in `entry` through fuser and writes the reply into the entry.
     /// Returns the commit id and whether the kernel is tearing the file system down.
     fn serve(&mut self, entry: &mut Entry) -> (u64, bool) {
@@ -465,14 +515,14 @@ impl<FS: Filesystem> Server<FS> {
                     st.direct = Some(std::mem::take(&mut entry.buf));
                 }
                 DIRECT.with(|d| *d.borrow_mut() = Some(self.sink.clone()));
-                let outcome = self.dispatcher.dispatch(&self.small_req, &self.handle);
+                let outcome = self.dispatch_guarded(None);
                 DIRECT.with(|d| *d.borrow_mut() = None);
                 if let Some(buf) = self.sink.state().direct.take() {
                     entry.buf = buf;
                 }
                 Some(outcome)
             }
-            Some((range, _)) => Some(self.dispatcher.dispatch(&entry.buf[range], &self.handle)),
+            Some((range, _)) => Some(self.dispatch_guarded(Some(&entry.buf[range]))),
         };
         if outcome == Some(Dispatched::Invalid) {
             log::error!("io_uring: request fuser could not parse; answering EIO");
@@ -498,7 +548,10 @@ impl<FS: Filesystem> Server<FS> {
     }
 
     /// Serves requests until the connection ends or `stop` is set.
-    fn run(&mut self, stop: &AtomicBool) {
+    /// Serves requests until the connection ends (`true`), `stop` is set (`true`), or an
+    /// error this thread cannot get past (`false`: the queue has lost its entries and the
+    /// caller must end the session, or that CPU's callers would wait for ever).
+    fn run(&mut self, stop: &AtomicBool) -> bool {
         let wait = types::Timespec::from(Duration::from_millis(200));
         let args = types::SubmitArgs::new().timespec(&wait);
         while !stop.load(Ordering::Relaxed) {
@@ -509,24 +562,42 @@ impl<FS: Filesystem> Server<FS> {
                         e.raw_os_error(),
                         Some(libc::ETIME | libc::EINTR | libc::EBUSY)
                     ) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOMEM)) => {
+                    // transient shortage: the submission stays queued; try again shortly
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 Err(e) => {
                     log::error!("io_uring queue {}: {e}", self.qid);
-                    return;
+                    return false;
                 }
             }
             for (ud, res) in self.completions() {
                 if res < 0 {
-                    // ENOTCONN / ENODEV: the connection is being torn down.
                     let e = io::Error::from_raw_os_error(-res);
-                    log::debug!("io_uring queue {} slot {ud}: {e}", self.qid);
-                    return;
+                    if matches!(-res, libc::ENOTCONN | libc::ENODEV | libc::ECANCELED) {
+                        log::debug!("io_uring queue {} slot {ud}: {e}", self.qid);
+                        return true; // the connection is being torn down
+                    }
+                    // The kernel refused this entry's command: the entry is gone.
+                    log::error!("io_uring queue {} slot {ud}: {e}; entry dropped", self.qid);
+                    if let Some(slot) = self.slots.get_mut(ud as usize) {
+                        if let Some(entry) = slot.take() {
+                            std::mem::forget(entry); // the kernel may still know its buffers
+                        }
+                    }
+                    if self.slots.iter().all(Option::is_none) {
+                        log::error!("io_uring queue {}: no entries left", self.qid);
+                        return false;
+                    }
+                    continue;
                 }
                 if let Err(e) = self.completed(ud) {
                     log::error!("io_uring queue {}: {e}", self.qid);
-                    return;
+                    return false;
                 }
             }
         }
+        true
     }
 }
 
@@ -610,6 +681,7 @@ pub fn start<FS: Filesystem>(
     dev: OwnedFd,
     dispatcher: Dispatcher<FS>,
     cfg: UringConfig,
+    on_fatal: OnFatal,
 ) -> io::Result<ExtraWorkers> {
     let dev = Arc::new(dev);
     let stop = Arc::new(AtomicBool::new(false));
@@ -624,7 +696,7 @@ pub fn start<FS: Filesystem>(
             dev: dev.clone(),
             dispatcher: dispatcher.clone(),
         };
-        match spawn(format!("moafs-uring-{qid}"), plan, &stop, &tx) {
+        match spawn(format!("moafs-uring-{qid}"), plan, &stop, &tx, &on_fatal) {
             Ok(t) => threads.push(t),
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -632,6 +704,7 @@ pub fn start<FS: Filesystem>(
             }
         }
     }
+    drop(tx); // a thread that dies before reporting then ends the wait below
     for _ in 0..threads.len() {
         let res = match rx.recv() {
             Ok(res) => res,
@@ -660,19 +733,27 @@ pub fn start<FS: Filesystem>(
     }
 }
 
+/// Called when a queue can no longer be served: ends the session (unmounts), so that callers
+/// get errors instead of waiting for ever.
+pub type OnFatal = Arc<dyn Fn() + Send + Sync>;
+
 fn spawn<FS: Filesystem>(
     name: String,
     plan: Plan<FS>,
     stop: &Arc<AtomicBool>,
     tx: &mpsc::Sender<io::Result<()>>,
+    on_fatal: &OnFatal,
 ) -> io::Result<std::thread::JoinHandle<()>> {
-    let (stop, tx) = (stop.clone(), tx.clone());
+    let (stop, tx, on_fatal) = (stop.clone(), tx.clone(), on_fatal.clone());
     std::thread::Builder::new().name(name).spawn(move || {
         let dev = plan.dev.clone();
         match plan.setup() {
             Ok(mut server) => {
                 let _ = tx.send(Ok(()));
-                server.run(&stop);
+                if !server.run(&stop) && !stop.load(Ordering::SeqCst) {
+                    log::error!("FUSE over io_uring cannot go on; unmounting");
+                    on_fatal();
+                }
             }
             Err(e) => {
                 let _ = tx.send(Err(e));
@@ -832,5 +913,12 @@ mod tests {
     #[test]
     fn possible_cpus_is_at_least_one() {
         assert!(possible_cpus().unwrap() >= 1);
+        assert_eq!(parse_possible("0-1\n").unwrap(), 2);
+        assert_eq!(parse_possible("0").unwrap(), 1);
+        assert_eq!(parse_possible("0-3,4-7").unwrap(), 8);
+        assert!(parse_possible("0-3,8-11").is_err(), "holes");
+        assert!(parse_possible("").is_err());
+        assert!(parse_possible("3-1").is_err());
+        assert!(parse_possible("x").is_err());
     }
 }

@@ -331,11 +331,14 @@ impl<FS: Filesystem> Session<FS> {
         });
 
         let mut reply: io::Result<()> = Ok(());
+        let mut panicked = false;
         for thread in threads {
             let res = match thread.join() {
                 Ok(res) => res,
                 Err(_) => {
-                    return Err(io::Error::other("event loop thread panicked"));
+                    // moafs patch: still stop and join the extra workers below
+                    panicked = true;
+                    continue;
                 }
             };
             if let Err(e) = res {
@@ -350,8 +353,11 @@ impl<FS: Filesystem> Session<FS> {
         }
         for thread in extra_workers.threads {
             if thread.join().is_err() {
-                return Err(io::Error::other("extra worker thread panicked"));
+                panicked = true;
             }
+        }
+        if panicked {
+            return Err(io::Error::other("event loop thread panicked"));
         }
 
         let Some(filesystem) = Arc::get_mut(&mut filesystem) else {
