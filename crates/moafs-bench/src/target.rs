@@ -51,6 +51,8 @@ pub struct EngineTarget {
     fs: Fs,
     dirs: HashMap<String, u64>,
     size: u64,
+    /// Device counters after mkfs and mount: the run's I/O is what comes after.
+    start: moafs_core::device::DeviceCounters,
 }
 
 impl EngineTarget {
@@ -59,10 +61,12 @@ impl EngineTarget {
         mkfs(dev.as_ref(), &MkfsOptions::default()).map_err(engine_err)?;
         let fs =
             Fs::mount(dev as Arc<dyn BlockDevice>, MountOptions::default()).map_err(engine_err)?;
+        let start = fs.device_counters();
         Ok(EngineTarget {
             fs,
             dirs: HashMap::new(),
             size,
+            start,
         })
     }
 
@@ -161,6 +165,19 @@ impl Target for EngineTarget {
 
     fn counters(&self) -> Option<serde_json::Value> {
         serde_json::to_value(self.fs.counters()).ok()
+    }
+
+    /// Unmounts (writing everything back) and reports the memory device's I/O of the run.
+    fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {
+        self.fs.unmount().map_err(engine_err)?;
+        let (end, s) = (self.fs.device_counters(), &self.start);
+        Ok(Some(crate::managed::DeviceIo {
+            reads: end.reads - s.reads,
+            read_bytes: end.read_bytes - s.read_bytes,
+            writes: end.writes - s.writes,
+            write_bytes: end.write_bytes - s.write_bytes,
+            flushes: Some(end.flushes - s.flushes),
+        }))
     }
 }
 
