@@ -257,19 +257,6 @@ impl Managed {
         &self.mnt
     }
 
-    pub fn image(&self) -> &Path {
-        &self.img
-    }
-
-    pub fn loop_device(&self) -> Option<&str> {
-        self.loopdev.as_deref()
-    }
-
-    /// The FUSE daemon (moafs, fuse2fs).
-    pub fn daemon_pid(&self) -> Option<i32> {
-        self.daemon_pid
-    }
-
     /// Unmounts (everything is written back then), reads what the device saw during the run,
     /// and takes the target down.
     pub fn finish(mut self) -> io::Result<Option<DeviceIo>> {

@@ -27,8 +27,6 @@ pub trait Target {
     /// Reads the whole file in `block`-sized reads; returns the bytes read.
     fn read_all(&mut self, path: &str, block: usize) -> io::Result<u64>;
     fn remove(&mut self, path: &str) -> io::Result<()>;
-    /// Makes everything durable (end of a run).
-    fn sync(&mut self) -> io::Result<()>;
     /// Engine counters, when the target is the engine.
     fn counters(&self) -> Option<serde_json::Value> {
         None
@@ -157,10 +155,6 @@ impl Target for EngineTarget {
     fn remove(&mut self, path: &str) -> io::Result<()> {
         let (parent, name) = self.split(path)?;
         self.fs.unlink(parent, name.as_bytes()).map_err(engine_err)
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        self.fs.sync().map_err(engine_err)
     }
 
     fn counters(&self) -> Option<serde_json::Value> {
@@ -312,12 +306,5 @@ impl Target for DirTarget {
             Some(m) => m.finish(),
             None => Ok(None),
         }
-    }
-
-    fn sync(&mut self) -> io::Result<()> {
-        let f = std::fs::File::open(&self.root)?;
-        // syncfs(2) is what `sync -f` does; std has no wrapper, so fsync the directory (and
-        // rely on the caller's sync(1) for the rest when it matters).
-        f.sync_all()
     }
 }

@@ -181,11 +181,10 @@ impl Entry {
     }
 
     /// Rebuilds the request in /dev/fuse format in front of the payload; returns its range in
-    /// `buf` and the commit id, or `None` when the header does not add up.
-    fn request(&mut self) -> Option<(std::ops::Range<usize>, u64)> {
+    /// `buf`, or `None` when the header does not add up.
+    fn request(&mut self) -> Option<std::ops::Range<usize>> {
         let len = Entry::u32_at(&self.header, 0) as usize;
         let payload = Entry::u32_at(&self.header, PAYLOAD_SZ_AT) as usize;
-        let commit_id = Entry::u64_at(&self.header, COMMIT_ID_AT);
         let arg0 = len.checked_sub(IN_HEADER_SZ + payload)?;
         // fuser reads arguments in place and needs them 8-byte aligned (every per-opcode
         // struct is a multiple of 8 bytes; anything else is refused with EIO).
@@ -197,7 +196,7 @@ impl Entry {
         self.buf[start..start + IN_HEADER_SZ].copy_from_slice(&self.header[..IN_HEADER_SZ]);
         self.buf[start + IN_HEADER_SZ..at]
             .copy_from_slice(&self.header[IN_OUT_SZ..IN_OUT_SZ + arg0]);
-        Some((start..at + payload, commit_id))
+        Some(start..at + payload)
     }
 
     /// Puts a reply collected by `sink` into the entry: the `fuse_out_header` into the
@@ -401,14 +400,16 @@ struct Server<FS: Filesystem> {
     /// A request without payload, rebuilt in /dev/fuse format (the entry's buffer is lent to
     /// the sink meanwhile).
     small_req: Vec<u8>,
+    /// Completions of one wake-up (kept to reuse its allocation).
+    ready: Vec<(u64, i32)>,
 }
 
 impl<FS: Filesystem> Server<FS> {
     fn push(&mut self, sqe: &squeue::Entry128) -> io::Result<()> {
         loop {
-            // SAFETY: the SQE refers to an entry's header/payload/iovecs or to `wake_buf`,
-            // which stay allocated as long as the kernel may use them (entries are never
-            // freed, see `Drop`; `wake_buf` lives as long as the ring).
+            // SAFETY: the SQE refers to an entry's header and payload (and, for REGISTER, to
+            // iovecs the caller keeps until submission), which stay allocated as long as the
+            // kernel may use them: entries are never freed (see `Drop`).
             if unsafe { self.ring.submission().push(sqe) }.is_ok() {
                 return Ok(());
             }
@@ -416,12 +417,17 @@ impl<FS: Filesystem> Server<FS> {
         }
     }
 
-    /// Takes the completions that are ready: (`user_data`, result).
+    /// Takes the completions that are ready: (`user_data`, result), in a buffer reused from
+    /// one wake-up to the next (hand it back with [`Server::recycle`]).
     fn completions(&mut self) -> Vec<(u64, i32)> {
-        self.ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect()
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        ready
+    }
+
+    fn recycle(&mut self, mut ready: Vec<(u64, i32)>) {
+        ready.clear();
+        self.ready = ready;
     }
 
     fn free_slot(&mut self) -> usize {
@@ -464,12 +470,14 @@ impl<FS: Filesystem> Server<FS> {
         self.ring.submit()?;
         drop(iovs);
         // A successful REGISTER stays pending until a request arrives; errors complete now.
-        for (ud, res) in self.completions() {
+        let ready = self.completions();
+        for &(ud, res) in &ready {
             if res < 0 {
                 return Err(io::Error::from_raw_os_error(-res));
             }
             self.completed(ud)?;
         }
+        self.recycle(ready);
         Ok(())
     }
 
@@ -502,7 +510,7 @@ impl<FS: Filesystem> Server<FS> {
                 log::error!("io_uring: malformed request header; answering EIO");
                 None
             }
-            Some((range, _)) if payload == 0 => {
+            Some(range) if payload == 0 => {
                 // The request is header and argument only: copy those out (at most 168
                 // bytes) and lend the buffer to the sink, which writes the reply body (a
                 // read's data) straight into the payload area.
@@ -522,7 +530,7 @@ impl<FS: Filesystem> Server<FS> {
                 }
                 Some(outcome)
             }
-            Some((range, _)) => Some(self.dispatch_guarded(Some(&entry.buf[range]))),
+            Some(range) => Some(self.dispatch_guarded(Some(&entry.buf[range]))),
         };
         if outcome == Some(Dispatched::Invalid) {
             log::error!("io_uring: request fuser could not parse; answering EIO");
@@ -571,7 +579,8 @@ impl<FS: Filesystem> Server<FS> {
                     return false;
                 }
             }
-            for (ud, res) in self.completions() {
+            let ready = self.completions();
+            for &(ud, res) in &ready {
                 if res < 0 {
                     let e = io::Error::from_raw_os_error(-res);
                     if matches!(-res, libc::ENOTCONN | libc::ENODEV | libc::ECANCELED) {
@@ -596,6 +605,7 @@ impl<FS: Filesystem> Server<FS> {
                     return false;
                 }
             }
+            self.recycle(ready);
         }
         true
     }
@@ -667,6 +677,7 @@ impl<FS: Filesystem> Plan<FS> {
             sink: sink.clone(),
             handle: CaptureSinkHandle::new(sink),
             small_req: Vec::with_capacity(HEAD_ROOM),
+            ready: Vec::new(),
         };
         server.register(entries)?;
         Ok(server)
@@ -780,8 +791,8 @@ mod tests {
         e.header[PAYLOAD_SZ_AT..PAYLOAD_SZ_AT + 4].copy_from_slice(&5u32.to_ne_bytes());
         let at = e.at;
         e.buf[at..at + 5].copy_from_slice(b"hello");
-        let (range, commit) = e.request().expect("valid");
-        assert_eq!(commit, 7);
+        let range = e.request().expect("valid");
+        assert_eq!(Entry::u64_at(&e.header, COMMIT_ID_AT), 7);
         let req = &e.buf[range];
         assert_eq!(req.len(), len as usize);
         assert_eq!(&req[..4], &len.to_ne_bytes());
