@@ -12,16 +12,71 @@ pub enum CacheState {
     /// nothing else.
     Fresh,
     /// Scenario A: additionally `sync` and drop the kernel's page, dentry and inode caches
-    /// right before the run (root).
+    /// (and moafs's own block cache) after the workload's setup (root).
     Dropped,
+    /// Scenario C: the same workload runs four times first on the same target, each in a
+    /// scratch directory removed afterwards, so the cache is full of unrelated pages.
+    Polluted,
 }
 
-/// What to do before each run.
+impl CacheState {
+    pub fn parse(s: &str) -> Option<CacheState> {
+        Some(match s {
+            "fresh" | "B" => CacheState::Fresh,
+            "dropped" | "A" => CacheState::Dropped,
+            "polluted" | "C" => CacheState::Polluted,
+            _ => return None,
+        })
+    }
+
+    /// Paper 002's letter.
+    pub fn letter(self) -> &'static str {
+        match self {
+            CacheState::Dropped => "A",
+            CacheState::Fresh => "B",
+            CacheState::Polluted => "C",
+        }
+    }
+}
+
+/// A job that writes beside the measured run (paper 002 §4.2–4.3: fio creating 100 KB files
+/// during Filebench, without or with fsync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Background {
+    None,
+    /// 100 KB files, one write each, no fsync.
+    Write,
+    /// The same with an fsync after each file.
+    WriteFsync,
+}
+
+impl Background {
+    pub fn parse(s: &str) -> Option<Background> {
+        Some(match s {
+            "none" => Background::None,
+            "write" => Background::Write,
+            "fsync" => Background::WriteFsync,
+            _ => return None,
+        })
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Background::None => "",
+            Background::Write => "+bg",
+            Background::WriteFsync => "+bg-fsync",
+        }
+    }
+}
+
+/// What to do before and around each run.
 #[derive(Debug, Clone, Copy)]
 pub struct Hygiene {
     pub cache: CacheState,
     /// Watch real disks for this long before each run and record what others moved.
     pub watch: Option<Duration>,
+    pub background: Background,
 }
 
 impl Default for Hygiene {
@@ -29,7 +84,78 @@ impl Default for Hygiene {
         Hygiene {
             cache: CacheState::Fresh,
             watch: None,
+            background: Background::None,
         }
+    }
+}
+
+/// Size of a background file (paper 002: 100 KB).
+pub const BACKGROUND_FILE: usize = 100 * 1000;
+/// Background files kept at once (the oldest is removed): at most 25.6 MB.
+const BACKGROUND_KEEP: u64 = 256;
+
+/// A running background writer; [`BackgroundJob::stop`] ends it.
+pub struct BackgroundJob {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<io::Result<u64>>>,
+    dir: std::path::PathBuf,
+}
+
+impl BackgroundJob {
+    /// Starts writing 100 KB files into `dir` (made now, removed by `stop`).
+    pub fn start(dir: &std::path::Path, fsync: bool) -> io::Result<BackgroundJob> {
+        use std::io::Write;
+        use std::sync::atomic::Ordering;
+        std::fs::create_dir(dir)?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, at) = (stop.clone(), dir.to_path_buf());
+        let handle = std::thread::Builder::new()
+            .name("moafs-bench-bg".into())
+            .spawn(move || -> io::Result<u64> {
+                let data = vec![0x5au8; BACKGROUND_FILE];
+                let mut n = 0u64;
+                while !flag.load(Ordering::Relaxed) {
+                    let mut f = std::fs::File::create(at.join(format!("bg{n}")))?;
+                    f.write_all(&data)?;
+                    if fsync {
+                        f.sync_all()?;
+                    }
+                    if n >= BACKGROUND_KEEP {
+                        std::fs::remove_file(at.join(format!("bg{}", n - BACKGROUND_KEEP)))?;
+                    }
+                    n += 1;
+                }
+                Ok(n)
+            })?;
+        Ok(BackgroundJob {
+            stop,
+            handle: Some(handle),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Stops the writer, removes its files, and returns how many it wrote.
+    pub fn stop(mut self) -> io::Result<u64> {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> io::Result<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let n = match self.handle.take() {
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("background writer panicked"))),
+            None => Ok(0),
+        };
+        let removed = std::fs::remove_dir_all(&self.dir);
+        let n = n?;
+        removed.map(|()| n)
+    }
+}
+
+impl Drop for BackgroundJob {
+    fn drop(&mut self) {
+        let _ = self.halt();
     }
 }
 

@@ -2,11 +2,16 @@
 //! directory), native seeded workloads, and the statistics that keep comparisons honest.
 //! `moafs bench` is its command line.
 
+pub mod filebench;
+pub mod html;
 pub mod hygiene;
 pub mod managed;
+pub mod micro;
 pub mod postmark;
+pub mod sqlite;
 pub mod stats;
 pub mod target;
+pub mod workload;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -27,18 +32,7 @@ pub fn interrupted() -> bool {
 use serde::Serialize;
 use stats::Summary;
 use std::io;
-
-/// The workloads `moafs bench` knows.
-pub const WORKLOADS: &[(&str, &str)] = &[
-    (
-        "postmark-fsl",
-        "PostMark FSL: 20,000 files, 200 dirs, 512 B-10 KiB, 200,000 transactions (seeded)",
-    ),
-    (
-        "postmark-quick",
-        "PostMark FSL scaled to 1/20: 1,000 files, 200 dirs, 10,000 transactions",
-    ),
-];
+pub use workload::{named as workload, Outcome, Spec, WORKLOADS};
 
 /// The targets `moafs bench` knows.
 pub const TARGETS: &[(&str, &str)] = &[
@@ -73,66 +67,103 @@ pub const TARGETS: &[(&str, &str)] = &[
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
     pub rep: usize,
-    pub result: postmark::PostmarkResult,
+    pub outcome: Outcome,
     /// Engine counters of the run (engine target only).
     pub engine: Option<serde_json::Value>,
-    /// What the device saw, unmount included (managed targets; fuse2fs not measured).
+    /// What the device saw, setup and unmount included (managed targets and the engine;
+    /// fuse2fs not measured).
     pub device: Option<managed::DeviceIo>,
-    /// Device bytes written per PostMark operation (all creates, appends, reads and deletes).
+    /// Device bytes written per operation (every operation the workload counted).
     pub device_bytes_written_per_op: Option<f64>,
     /// The cache state the run started from.
     pub cache: hygiene::CacheState,
+    /// The job that wrote beside the measured phase, and how many 100 KB files it wrote.
+    pub background: hygiene::Background,
+    pub background_files: Option<u64>,
     /// Bytes other processes moved on real disks just before the run (when watched).
     pub other_disk_bytes_before: Option<u64>,
 }
 
-/// The report `moafs bench --json` writes (schema in docs/BENCHMARKS.md).
+/// One workload on one target over the repetitions (schema in docs/BENCHMARKS.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    pub schema: u32,
     pub workload: String,
-    pub config: postmark::PostmarkConfig,
+    pub config: Spec,
     pub target: String,
+    /// The headline's unit: `rate` is `unit` per second.
+    pub unit: String,
     pub runs: Vec<Run>,
-    /// Over the runs: transaction-phase transactions per second (higher is better).
-    pub transactions_per_sec: Summary,
+    /// Over the runs: the headline rate (higher is better).
+    pub rate: Summary,
     /// Over the runs: wall seconds of the whole run.
     pub total_secs: Summary,
-    /// Over the runs: device bytes written per operation (managed targets that measure it).
+    /// Over the runs: device bytes written per operation (targets that measure it).
     pub device_bytes_written_per_op: Option<Summary>,
-}
-
-/// The configuration of a named workload, scaled.
-pub fn workload(name: &str, scale: f64, seed: u64) -> Option<postmark::PostmarkConfig> {
-    let mut cfg = match name {
-        "postmark-fsl" => postmark::PostmarkConfig::fsl(),
-        "postmark-quick" => postmark::PostmarkConfig::fsl().scaled(0.05),
-        _ => return None,
-    };
-    if scale != 1.0 {
-        cfg = cfg.scaled(scale);
-    }
-    cfg.seed = seed;
-    Some(cfg)
 }
 
 /// Runs one repetition on a fresh target and measures it.
 fn run_once(
     rep: usize,
-    cfg: &postmark::PostmarkConfig,
+    spec: &Spec,
     hygiene: &hygiene::Hygiene,
     mut t: Box<dyn target::Target>,
 ) -> io::Result<(String, Run)> {
+    use hygiene::{Background, BackgroundJob, CacheState};
+    use std::cell::RefCell;
     let name = t.name();
-    let other = hygiene.watch.map(hygiene::other_disk_activity);
-    if hygiene.cache == hygiene::CacheState::Dropped {
-        hygiene::drop_caches()?;
+    let needs_dir = hygiene.cache == CacheState::Polluted || hygiene.background != Background::None;
+    let dir = t.dir().map(std::path::Path::to_path_buf);
+    if needs_dir && dir.is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "scenario C and background I/O need a mounted target (the kernel's cache), not the \
+             in-process engine",
+        ));
     }
-    let result = postmark::run(t.as_mut(), cfg)?;
+    if hygiene.cache == CacheState::Polluted {
+        // Scenario C: four unrelated runs of the same workload first, each in a scratch
+        // directory removed afterwards (their pages stay in the cache, their files do not).
+        if let Some(dir) = &dir {
+            for k in 0..4 {
+                let scratch = target::DirTarget::scratch(dir, &format!("pollute-{k}"))?;
+                spec.run(&scratch, &|| Ok(()))?;
+            }
+        }
+    }
+    let other = hygiene.watch.map(hygiene::other_disk_activity);
+    let dropped = hygiene.cache == CacheState::Dropped;
+    let job: RefCell<Option<BackgroundJob>> = RefCell::new(None);
+    let start_background = || -> io::Result<()> {
+        if let (Some(dir), true) = (&dir, hygiene.background != Background::None) {
+            let fsync = hygiene.background == Background::WriteFsync;
+            *job.borrow_mut() = Some(BackgroundJob::start(&dir.join("background-io"), fsync)?);
+        }
+        Ok(())
+    };
+    // Scenario A: caches dropped after the workload's setup, right before what is measured;
+    // a background job starts there too. PostMark measures all its phases: both come first.
+    let between = || {
+        if dropped {
+            t.sync()?;
+            t.drop_own_cache()?;
+            hygiene::drop_caches()?;
+        }
+        start_background()
+    };
+    let outcome = if matches!(spec, Spec::Postmark(_)) {
+        between()?;
+        spec.run(t.as_ref(), &|| Ok(()))
+    } else {
+        spec.run(t.as_ref(), &between)
+    };
+    let background_files = match job.into_inner() {
+        Some(j) => Some(j.stop()?),
+        None => None,
+    };
+    let outcome = outcome?;
     let engine = t.counters();
     let device = t.finish()?;
-    let c = &result.counts;
-    let ops = c.created_initial + c.reads + c.appends + c.creates + c.deletes + c.deleted_final;
+    let ops = outcome.operations();
     Ok((
         name,
         Run {
@@ -140,10 +171,12 @@ fn run_once(
             device_bytes_written_per_op: device
                 .filter(|_| ops > 0)
                 .map(|d| d.write_bytes as f64 / ops as f64),
-            result,
+            outcome,
             engine,
             device,
             cache: hygiene.cache,
+            background: hygiene.background,
+            background_files,
             other_disk_bytes_before: other,
         },
     ))
@@ -151,23 +184,26 @@ fn run_once(
 
 fn summarise(
     workload_name: &str,
-    cfg: &postmark::PostmarkConfig,
+    spec: &Spec,
     target: String,
     runs: Vec<Run>,
 ) -> io::Result<Report> {
-    let tps: Vec<f64> = runs.iter().map(|r| r.result.transactions_per_sec).collect();
-    let secs: Vec<f64> = runs.iter().map(|r| r.result.total_secs).collect();
+    let rates: Vec<f64> = runs.iter().map(|r| r.outcome.rate).collect();
+    let secs: Vec<f64> = runs.iter().map(|r| r.outcome.total_secs).collect();
     let per_op: Vec<f64> = runs
         .iter()
         .filter_map(|r| r.device_bytes_written_per_op)
         .collect();
     let bad = || io::Error::other("a run produced no finite measure");
     Ok(Report {
-        schema: 1,
         workload: workload_name.to_string(),
-        config: cfg.clone(),
+        config: spec.clone(),
         target,
-        transactions_per_sec: Summary::of(&tps).ok_or_else(bad)?,
+        unit: runs
+            .first()
+            .map(|r| r.outcome.unit.clone())
+            .unwrap_or_default(),
+        rate: Summary::of(&rates).ok_or_else(bad)?,
         total_secs: Summary::of(&secs).ok_or_else(bad)?,
         device_bytes_written_per_op: Summary::of(&per_op),
         runs,
@@ -179,48 +215,78 @@ fn summarise(
 /// summarises each target.
 pub fn run_interleaved(
     workload_name: &str,
-    cfg: &postmark::PostmarkConfig,
+    spec: &Spec,
     reps: usize,
     hygiene: &hygiene::Hygiene,
     targets: usize,
+    make: impl FnMut(usize, usize) -> io::Result<Box<dyn target::Target>>,
+    progress: impl FnMut(&str, usize, &Run),
+) -> io::Result<Vec<Report>> {
+    let columns: Vec<Column> = (0..targets)
+        .map(|target| Column {
+            target,
+            hygiene: *hygiene,
+            label: String::new(),
+        })
+        .collect();
+    run_columns(workload_name, spec, reps, &columns, make, progress)
+}
+
+/// One compared column: a target (index for `make`) under a hygiene setting; `label` is
+/// appended to the target's name (e.g. " [C+bg-fsync]").
+#[derive(Debug, Clone)]
+pub struct Column {
+    pub target: usize,
+    pub hygiene: hygiene::Hygiene,
+    pub label: String,
+}
+
+/// As [`run_interleaved`], each column with its own hygiene (paper 002's scenarios and
+/// background jobs compared within one run).
+pub fn run_columns(
+    workload_name: &str,
+    spec: &Spec,
+    reps: usize,
+    columns: &[Column],
     mut make: impl FnMut(usize, usize) -> io::Result<Box<dyn target::Target>>,
     mut progress: impl FnMut(&str, usize, &Run),
 ) -> io::Result<Vec<Report>> {
-    let mut runs: Vec<(String, Vec<Run>)> = vec![(String::new(), Vec::new()); targets];
+    let mut runs: Vec<(String, Vec<Run>)> = vec![(String::new(), Vec::new()); columns.len()];
     for rep in 1..=reps.max(1) {
-        for (i, slot) in runs.iter_mut().enumerate() {
-            let (name, run) = run_once(rep, cfg, hygiene, make(i, rep)?)?;
+        for (c, slot) in columns.iter().zip(runs.iter_mut()) {
+            let (name, run) = run_once(rep, spec, &c.hygiene, make(c.target, rep)?)?;
+            let name = format!("{name}{}", c.label);
             progress(&name, rep, &run);
             slot.0 = name;
             slot.1.push(run);
         }
     }
     runs.into_iter()
-        .map(|(name, r)| summarise(workload_name, cfg, name, r))
+        .map(|(name, r)| summarise(workload_name, spec, name, r))
         .collect()
 }
 
 /// Runs `reps` repetitions, each on a fresh target made by `make`, and summarises them.
 pub fn run_reps(
     workload_name: &str,
-    cfg: &postmark::PostmarkConfig,
+    spec: &Spec,
     reps: usize,
     mut make: impl FnMut(usize) -> io::Result<Box<dyn target::Target>>,
-    mut progress: impl FnMut(usize, &postmark::PostmarkResult),
+    mut progress: impl FnMut(usize, &Outcome),
 ) -> io::Result<Report> {
     let mut reports = run_interleaved(
         workload_name,
-        cfg,
+        spec,
         reps,
         &hygiene::Hygiene::default(),
         1,
         |_, rep| make(rep),
-        |_, rep, r| progress(rep, &r.result),
+        |_, rep, r| progress(rep, &r.outcome),
     )?;
     reports.pop().ok_or_else(|| io::Error::other("no report"))
 }
 
-/// How each target compares with the first (the baseline), on transactions per second.
+/// How each target compares with the first (the baseline), on the headline rate.
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
     pub target: String,
@@ -238,8 +304,8 @@ pub fn compare_to_first(reports: &[Report]) -> Vec<Comparison> {
         .iter()
         .map(|r| Comparison {
             target: r.target.clone(),
-            ratio_to_baseline: r.transactions_per_sec.mean / base.transactions_per_sec.mean,
-            verdict: stats::compare(&r.transactions_per_sec, &base.transactions_per_sec),
+            ratio_to_baseline: r.rate.mean / base.rate.mean,
+            verdict: stats::compare(&r.rate, &base.rate),
         })
         .collect()
 }

@@ -5,7 +5,7 @@
 //! No fsync. Our reading of "append": a uniform length in [1, high] written at the end of the
 //! file, in `write_block` pieces.
 
-use crate::target::Target;
+use crate::target::{append_file, create_file, read_file, Target};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -25,7 +25,49 @@ pub struct PostmarkConfig {
     pub read_bias: u32,
     /// Out of 10: creates (the rest deletes).
     pub create_bias: u32,
+    /// File sizes: `uniform` in [size_low, size_high] (PostMark's own), or `real` — the
+    /// distribution of paper 000's R-FSL (see [`real_size`]).
+    pub sizes: Sizes,
     pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sizes {
+    Uniform,
+    Real,
+}
+
+/// Cumulative share of files up to each size: paper 000's R-FSL distribution, anchored on the
+/// two points the paper gives (79 % of files ≤ 8 KB, 80 % ≤ 10 KB) with the shape of the
+/// file-size survey it cites (Tanenbaum et al. 2006) around them, capped at 1 MiB. Sizes are
+/// uniform within a step.
+pub const REAL_SIZES: &[(usize, f64)] = &[
+    (512, 0.24),
+    (1 << 10, 0.32),
+    (2 << 10, 0.45),
+    (4 << 10, 0.60),
+    (8 << 10, 0.79),
+    (10 << 10, 0.80),
+    (16 << 10, 0.85),
+    (32 << 10, 0.91),
+    (64 << 10, 0.95),
+    (128 << 10, 0.98),
+    (256 << 10, 0.995),
+    (1 << 20, 1.0),
+];
+
+/// A size drawn from [`REAL_SIZES`].
+pub fn real_size(rng: &mut StdRng) -> usize {
+    let u: f64 = rng.gen();
+    let mut low = 1usize;
+    for &(high, cum) in REAL_SIZES {
+        if u < cum {
+            return rng.gen_range(low..=high);
+        }
+        low = high + 1;
+    }
+    REAL_SIZES[REAL_SIZES.len() - 1].0
 }
 
 impl PostmarkConfig {
@@ -42,7 +84,21 @@ impl PostmarkConfig {
             write_block: 4096,
             read_bias: 5,
             create_bias: 5,
+            sizes: Sizes::Uniform,
             seed: 42,
+        }
+    }
+
+    /// Paper 000's R-FSL: 25,000 files, 200 subdirectories, the real size distribution
+    /// ([`REAL_SIZES`]), 50,000 transactions.
+    pub fn rfsl() -> PostmarkConfig {
+        PostmarkConfig {
+            files: 25_000,
+            transactions: 50_000,
+            size_low: 1,
+            size_high: REAL_SIZES[REAL_SIZES.len() - 1].0,
+            sizes: Sizes::Real,
+            ..PostmarkConfig::fsl()
         }
     }
 
@@ -81,7 +137,7 @@ pub struct PostmarkResult {
     pub transactions_per_sec: f64,
 }
 
-pub fn run(target: &mut dyn Target, cfg: &PostmarkConfig) -> io::Result<PostmarkResult> {
+pub fn run(target: &dyn Target, cfg: &PostmarkConfig) -> io::Result<PostmarkResult> {
     if cfg.size_low > cfg.size_high || cfg.size_high == 0 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -106,10 +162,14 @@ pub fn run(target: &mut dyn Target, cfg: &PostmarkConfig) -> io::Result<Postmark
             format!("s{}/f{next_id}", rng.gen_range(0..cfg.subdirs))
         }
     };
+    let size = |rng: &mut StdRng| match cfg.sizes {
+        Sizes::Uniform => rng.gen_range(cfg.size_low..=cfg.size_high),
+        Sizes::Real => real_size(rng).min(cfg.size_high),
+    };
     for _ in 0..cfg.files {
         let path = new_path(&mut rng);
-        let len = rng.gen_range(cfg.size_low..=cfg.size_high);
-        target.create(&path, &data[..len], cfg.write_block)?;
+        let len = size(&mut rng);
+        create_file(target, &path, &data[..len], cfg.write_block)?;
         c.created_initial += 1;
         c.bytes_written += len as u64;
         live.push(path);
@@ -122,19 +182,19 @@ pub fn run(target: &mut dyn Target, cfg: &PostmarkConfig) -> io::Result<Postmark
         } else {
             let i = rng.gen_range(0..live.len());
             if rng.gen_range(0..10) < cfg.read_bias {
-                c.bytes_read += target.read_all(&live[i], cfg.read_block)?;
+                c.bytes_read += read_file(target, &live[i], cfg.read_block)?;
                 c.reads += 1;
             } else {
                 let len = rng.gen_range(1..=cfg.size_high);
-                target.append(&live[i], &data[..len], cfg.write_block)?;
+                append_file(target, &live[i], &data[..len], cfg.write_block)?;
                 c.bytes_written += len as u64;
                 c.appends += 1;
             }
         }
         if rng.gen_range(0..10) < cfg.create_bias {
             let path = new_path(&mut rng);
-            let len = rng.gen_range(cfg.size_low..=cfg.size_high);
-            target.create(&path, &data[..len], cfg.write_block)?;
+            let len = size(&mut rng);
+            create_file(target, &path, &data[..len], cfg.write_block)?;
             c.bytes_written += len as u64;
             c.creates += 1;
             live.push(path);

@@ -1,32 +1,73 @@
 //! Where a workload runs: the moafs engine in-process (on a memory device: no FUSE, no kernel),
 //! or any mounted directory (moafs over FUSE, ext4, …) through the standard library.
 //!
-//! Workloads address files by relative paths of at most one directory level (`"s12/f345"`),
-//! which both kinds resolve their own way.
+//! Workloads address files by relative paths (`"d3/d17/f345"`) and work through open handles,
+//! as the tools they model do (open, read/write at offsets or append, fsync, close). A target is
+//! shared by a workload's threads (Filebench runs many).
 
 use moafs_core::device::{BlockDevice, MemDevice};
-use moafs_core::fs::{Caller, MountOptions, ROOT_INO};
+use moafs_core::fs::{Caller, MountOptions, SetAttr, ROOT_INO};
 use moafs_core::mkfs::{mkfs, MkfsOptions};
 use moafs_core::Fs;
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// How [`Target::open`] opens a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Create the file, or truncate it when it exists; writable.
+    Create,
+    /// An existing file, every write goes to its end (`O_APPEND`).
+    Append,
+    /// An existing file, read only.
+    Read,
+    /// An existing file, read and write at offsets.
+    ReadWrite,
+}
+
+/// An open file of a target (close it with [`Target::close`]).
+#[derive(Debug)]
+pub struct Fh(Inner);
+
+#[derive(Debug)]
+enum Inner {
+    File { file: std::fs::File, append: bool },
+    Engine { ino: u64, append: bool },
+}
 
 /// The file operations a workload needs. Errors are `io::Error`s (engine errors map to their
-/// errno).
-pub trait Target {
+/// errno). Every method takes `&self`: a target is shared by a workload's threads.
+pub trait Target: Send + Sync {
     /// A short name for reports.
     fn name(&self) -> String;
-    fn mkdir(&mut self, path: &str) -> io::Result<()>;
-    fn rmdir(&mut self, path: &str) -> io::Result<()>;
-    /// Creates (or truncates) `path` and writes `data` in `block`-sized writes.
-    fn create(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()>;
-    /// Appends `data` to an existing file in `block`-sized writes.
-    fn append(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()>;
-    /// Reads the whole file in `block`-sized reads; returns the bytes read.
-    fn read_all(&mut self, path: &str, block: usize) -> io::Result<u64>;
-    fn remove(&mut self, path: &str) -> io::Result<()>;
+    fn mkdir(&self, path: &str) -> io::Result<()>;
+    fn rmdir(&self, path: &str) -> io::Result<()>;
+    fn remove(&self, path: &str) -> io::Result<()>;
+    /// The size of `path` (`stat`).
+    fn stat(&self, path: &str) -> io::Result<u64>;
+    fn open(&self, path: &str, mode: Mode) -> io::Result<Fh>;
+    /// Writes all of `data` at `off` (at the end of the file for a handle opened to append).
+    fn write_at(&self, fh: &Fh, off: u64, data: &[u8]) -> io::Result<()>;
+    /// Reads at `off` into `buf`; returns the bytes read (0 at the end of the file).
+    fn read_at(&self, fh: &Fh, off: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// Makes the file durable (`fsync`).
+    fn fsync(&self, fh: &Fh) -> io::Result<()>;
+    fn close(&self, fh: Fh) -> io::Result<()>;
+    /// Writes everything back and flushes the device (`syncfs`).
+    fn sync(&self) -> io::Result<()>;
+    /// Drops the file system's own cache, beyond the kernel's (scenario A): moafs's block
+    /// cache; nothing for other file systems.
+    fn drop_own_cache(&self) -> io::Result<()> {
+        Ok(())
+    }
+    /// The directory the target lives in, for workloads that need a real path (SQLite);
+    /// `None` for the engine.
+    fn dir(&self) -> Option<&Path> {
+        None
+    }
     /// Engine counters, when the target is the engine.
     fn counters(&self) -> Option<serde_json::Value> {
         None
@@ -38,6 +79,59 @@ pub trait Target {
     }
 }
 
+/// Creates (or truncates) `path` and writes `data` in `block`-sized writes.
+pub fn create_file(t: &dyn Target, path: &str, data: &[u8], block: usize) -> io::Result<()> {
+    let fh = t.open(path, Mode::Create)?;
+    let res = write_blocks(t, &fh, 0, data, block);
+    let closed = t.close(fh);
+    res.and(closed)
+}
+
+/// Writes `data` at `off` in `block`-sized writes.
+pub fn write_blocks(
+    t: &dyn Target,
+    fh: &Fh,
+    off: u64,
+    data: &[u8],
+    block: usize,
+) -> io::Result<()> {
+    let mut at = off;
+    for chunk in data.chunks(block.max(1)) {
+        t.write_at(fh, at, chunk)?;
+        at += chunk.len() as u64;
+    }
+    Ok(())
+}
+
+/// Appends `data` to an existing file in `block`-sized writes.
+pub fn append_file(t: &dyn Target, path: &str, data: &[u8], block: usize) -> io::Result<()> {
+    let fh = t.open(path, Mode::Append)?;
+    let res = write_blocks(t, &fh, 0, data, block);
+    let closed = t.close(fh);
+    res.and(closed)
+}
+
+/// Reads an open file from its start to its end in `block`-sized reads; returns the bytes.
+pub fn read_whole(t: &dyn Target, fh: &Fh, buf: &mut [u8]) -> io::Result<u64> {
+    let mut off = 0u64;
+    loop {
+        match t.read_at(fh, off, buf)? {
+            0 => return Ok(off),
+            n => off += n as u64,
+        }
+    }
+}
+
+/// Opens `path`, reads it whole in `block`-sized reads and closes it; returns the bytes.
+pub fn read_file(t: &dyn Target, path: &str, block: usize) -> io::Result<u64> {
+    let fh = t.open(path, Mode::Read)?;
+    let mut buf = vec![0u8; block.max(1)];
+    let res = read_whole(t, &fh, &mut buf);
+    let closed = t.close(fh);
+    let n = res?;
+    closed.map(|()| n)
+}
+
 const ROOT: Caller = Caller { uid: 0, gid: 0 };
 
 fn engine_err(e: moafs_core::FsError) -> io::Error {
@@ -47,7 +141,10 @@ fn engine_err(e: moafs_core::FsError) -> io::Error {
 /// The engine in-process on a memory device of the given size (mkfs defaults).
 pub struct EngineTarget {
     fs: Fs,
-    dirs: HashMap<String, u64>,
+    /// Directory path → inode, for the directories made through this target.
+    dirs: RwLock<HashMap<String, u64>>,
+    /// Appends look up the size and write there: one at a time, as `O_APPEND` is atomic.
+    append: Mutex<()>,
     size: u64,
     /// Device counters after mkfs and mount: the run's I/O is what comes after.
     start: moafs_core::device::DeviceCounters,
@@ -62,17 +159,19 @@ impl EngineTarget {
         let start = fs.device_counters();
         Ok(EngineTarget {
             fs,
-            dirs: HashMap::new(),
+            dirs: RwLock::new(HashMap::new()),
+            append: Mutex::new(()),
             size,
             start,
         })
     }
 
-    /// (parent inode, file name) of a path with at most one directory level.
+    /// (parent inode, file name) of a path whose directories were made through this target.
     fn split<'a>(&self, path: &'a str) -> io::Result<(u64, &'a str)> {
-        match path.split_once('/') {
+        match path.rsplit_once('/') {
             None => Ok((ROOT_INO, path)),
-            Some((dir, name)) => match self.dirs.get(dir) {
+            Some((dir, name)) => match self.dirs.read().unwrap_or_else(|e| e.into_inner()).get(dir)
+            {
                 Some(&ino) => Ok((ino, name)),
                 None => Err(io::Error::new(
                     io::ErrorKind::NotFound,
@@ -82,16 +181,26 @@ impl EngineTarget {
         }
     }
 
-    fn write_blocks(&self, ino: u64, mut off: u64, data: &[u8], block: usize) -> io::Result<()> {
-        for chunk in data.chunks(block.max(1)) {
-            let n = self.fs.write(ino, off, chunk).map_err(engine_err)?;
-            off += u64::from(n);
-        }
-        Ok(())
+    /// The inode of `path`, without keeping the lookup reference the engine counts.
+    fn lookup(&self, path: &str) -> io::Result<moafs_core::fs::Attr> {
+        let (parent, name) = self.split(path)?;
+        let a = self
+            .fs
+            .lookup(parent, name.as_bytes())
+            .map_err(engine_err)?;
+        self.fs.forget(a.ino, 1);
+        Ok(a)
     }
 
     pub fn unmount(self) -> io::Result<()> {
         self.fs.unmount().map_err(engine_err)
+    }
+
+    fn ino(fh: &Fh) -> io::Result<(u64, bool)> {
+        match fh.0 {
+            Inner::Engine { ino, append } => Ok((ino, append)),
+            Inner::File { .. } => Err(io::Error::other("a file handle of another target")),
+        }
     }
 }
 
@@ -100,61 +209,121 @@ impl Target for EngineTarget {
         format!("engine:mem:{}MiB", self.size >> 20)
     }
 
-    fn mkdir(&mut self, path: &str) -> io::Result<()> {
+    fn mkdir(&self, path: &str) -> io::Result<()> {
+        let (parent, name) = self.split(path)?;
         let a = self
             .fs
-            .mkdir(ROOT_INO, path.as_bytes(), 0o755, ROOT)
+            .mkdir(parent, name.as_bytes(), 0o755, ROOT)
             .map_err(engine_err)?;
-        self.dirs.insert(path.to_string(), a.ino);
+        self.fs.forget(a.ino, 1);
+        self.dirs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_string(), a.ino);
         Ok(())
     }
 
-    fn rmdir(&mut self, path: &str) -> io::Result<()> {
-        self.fs
-            .rmdir(ROOT_INO, path.as_bytes())
-            .map_err(engine_err)?;
-        self.dirs.remove(path);
+    fn rmdir(&self, path: &str) -> io::Result<()> {
+        let (parent, name) = self.split(path)?;
+        self.fs.rmdir(parent, name.as_bytes()).map_err(engine_err)?;
+        self.dirs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(path);
         Ok(())
     }
 
-    fn create(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()> {
-        let (parent, name) = self.split(path)?;
-        let a = self
-            .fs
-            .create(parent, name.as_bytes(), 0o644, ROOT)
-            .map_err(engine_err)?;
-        self.write_blocks(a.ino, 0, data, block)
-    }
-
-    fn append(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()> {
-        let (parent, name) = self.split(path)?;
-        let a = self
-            .fs
-            .lookup(parent, name.as_bytes())
-            .map_err(engine_err)?;
-        self.write_blocks(a.ino, a.size, data, block)
-    }
-
-    fn read_all(&mut self, path: &str, block: usize) -> io::Result<u64> {
-        let (parent, name) = self.split(path)?;
-        let a = self
-            .fs
-            .lookup(parent, name.as_bytes())
-            .map_err(engine_err)?;
-        let block = u32::try_from(block.max(1)).unwrap_or(u32::MAX);
-        let mut off = 0u64;
-        loop {
-            let got = self.fs.read(a.ino, off, block).map_err(engine_err)?;
-            if got.is_empty() {
-                return Ok(off);
-            }
-            off += got.len() as u64;
-        }
-    }
-
-    fn remove(&mut self, path: &str) -> io::Result<()> {
+    fn remove(&self, path: &str) -> io::Result<()> {
         let (parent, name) = self.split(path)?;
         self.fs.unlink(parent, name.as_bytes()).map_err(engine_err)
+    }
+
+    fn stat(&self, path: &str) -> io::Result<u64> {
+        Ok(self.lookup(path)?.size)
+    }
+
+    fn open(&self, path: &str, mode: Mode) -> io::Result<Fh> {
+        let ino = if mode == Mode::Create {
+            let (parent, name) = self.split(path)?;
+            match self.fs.create(parent, name.as_bytes(), 0o644, ROOT) {
+                Ok(a) => {
+                    self.fs.open(a.ino).map_err(engine_err)?;
+                    self.fs.forget(a.ino, 1);
+                    a.ino
+                }
+                Err(moafs_core::FsError::Exists) => {
+                    let a = self.lookup(path)?;
+                    self.fs.open(a.ino).map_err(engine_err)?;
+                    let trunc = SetAttr {
+                        size: Some(0),
+                        ..SetAttr::default()
+                    };
+                    self.fs.setattr(a.ino, &trunc).map_err(engine_err)?;
+                    a.ino
+                }
+                Err(e) => return Err(engine_err(e)),
+            }
+        } else {
+            let (parent, name) = self.split(path)?;
+            let a = self
+                .fs
+                .lookup(parent, name.as_bytes())
+                .map_err(engine_err)?;
+            let opened = self.fs.open(a.ino).map_err(engine_err);
+            self.fs.forget(a.ino, 1);
+            opened?;
+            a.ino
+        };
+        Ok(Fh(Inner::Engine {
+            ino,
+            append: mode == Mode::Append,
+        }))
+    }
+
+    fn write_at(&self, fh: &Fh, off: u64, data: &[u8]) -> io::Result<()> {
+        let (ino, append) = Self::ino(fh)?;
+        let _one = append.then(|| self.append.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut at = if append {
+            self.fs.getattr(ino).map_err(engine_err)?.size
+        } else {
+            off
+        };
+        let mut rest = data;
+        while !rest.is_empty() {
+            let n = self.fs.write(ino, at, rest).map_err(engine_err)? as usize;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "engine wrote nothing",
+                ));
+            }
+            at += n as u64;
+            rest = &rest[n..];
+        }
+        Ok(())
+    }
+
+    fn read_at(&self, fh: &Fh, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let (ino, _) = Self::ino(fh)?;
+        self.fs.read_into(ino, off, buf).map_err(engine_err)
+    }
+
+    fn fsync(&self, fh: &Fh) -> io::Result<()> {
+        let (ino, _) = Self::ino(fh)?;
+        self.fs.fsync(ino, false).map_err(engine_err)
+    }
+
+    fn close(&self, fh: Fh) -> io::Result<()> {
+        let (ino, _) = Self::ino(&fh)?;
+        self.fs.release(ino).map_err(engine_err)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.fs.sync().map_err(engine_err)
+    }
+
+    fn drop_own_cache(&self) -> io::Result<()> {
+        self.fs.drop_caches().map(drop).map_err(engine_err)
     }
 
     fn counters(&self) -> Option<serde_json::Value> {
@@ -175,8 +344,8 @@ impl Target for EngineTarget {
     }
 }
 
-/// Any directory (a mount point, or a plain directory) through the standard library, one
-/// `open`/`close` per operation as the tools do (unbuffered `write`/`read` calls).
+/// Any directory (a mount point, or a plain directory) through the standard library: one
+/// system call per operation, as the tools do (unbuffered `read`/`write` calls).
 pub struct DirTarget {
     root: PathBuf,
     /// A scratch directory this target made: removed (with what is left in it) on drop, also
@@ -230,6 +399,13 @@ impl DirTarget {
             managed: None,
         })
     }
+
+    fn file(fh: &Fh) -> io::Result<(&std::fs::File, bool)> {
+        match &fh.0 {
+            Inner::File { file, append } => Ok((file, *append)),
+            Inner::Engine { .. } => Err(io::Error::other("a file handle of another target")),
+        }
+    }
 }
 
 impl Drop for DirTarget {
@@ -253,52 +429,79 @@ impl Target for DirTarget {
         format!("dir:{}", shown.display())
     }
 
-    fn mkdir(&mut self, path: &str) -> io::Result<()> {
+    fn mkdir(&self, path: &str) -> io::Result<()> {
         self.check()?;
         std::fs::create_dir(self.root.join(path))
     }
 
-    fn rmdir(&mut self, path: &str) -> io::Result<()> {
+    fn rmdir(&self, path: &str) -> io::Result<()> {
         self.check()?;
         std::fs::remove_dir(self.root.join(path))
     }
 
-    fn create(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()> {
-        self.check()?;
-        let mut f = std::fs::File::create(self.root.join(path))?;
-        for chunk in data.chunks(block.max(1)) {
-            f.write_all(chunk)?;
-        }
-        Ok(())
-    }
-
-    fn append(&mut self, path: &str, data: &[u8], block: usize) -> io::Result<()> {
-        self.check()?;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.root.join(path))?;
-        for chunk in data.chunks(block.max(1)) {
-            f.write_all(chunk)?;
-        }
-        Ok(())
-    }
-
-    fn read_all(&mut self, path: &str, block: usize) -> io::Result<u64> {
-        self.check()?;
-        let mut f = std::fs::File::open(self.root.join(path))?;
-        let mut buf = vec![0u8; block.max(1)];
-        let mut total = 0u64;
-        loop {
-            match f.read(&mut buf)? {
-                0 => return Ok(total),
-                n => total += n as u64,
-            }
-        }
-    }
-
-    fn remove(&mut self, path: &str) -> io::Result<()> {
+    fn remove(&self, path: &str) -> io::Result<()> {
         self.check()?;
         std::fs::remove_file(self.root.join(path))
+    }
+
+    fn stat(&self, path: &str) -> io::Result<u64> {
+        self.check()?;
+        Ok(std::fs::metadata(self.root.join(path))?.len())
+    }
+
+    fn open(&self, path: &str, mode: Mode) -> io::Result<Fh> {
+        self.check()?;
+        let mut o = std::fs::OpenOptions::new();
+        match mode {
+            Mode::Create => o.write(true).create(true).truncate(true),
+            Mode::Append => o.append(true),
+            Mode::Read => o.read(true),
+            Mode::ReadWrite => o.read(true).write(true),
+        };
+        Ok(Fh(Inner::File {
+            file: o.open(self.root.join(path))?,
+            append: mode == Mode::Append,
+        }))
+    }
+
+    fn write_at(&self, fh: &Fh, off: u64, data: &[u8]) -> io::Result<()> {
+        match Self::file(fh)? {
+            (mut f, true) => f.write_all(data),
+            (f, false) => f.write_all_at(data, off),
+        }
+    }
+
+    fn read_at(&self, fh: &Fh, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        Self::file(fh)?.0.read_at(buf, off)
+    }
+
+    fn fsync(&self, fh: &Fh) -> io::Result<()> {
+        Self::file(fh)?.0.sync_all()
+    }
+
+    fn close(&self, fh: Fh) -> io::Result<()> {
+        drop(fh);
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.check()?;
+        let root = std::fs::File::open(&self.root)?;
+        nix::unistd::syncfs(std::os::fd::AsRawFd::as_raw_fd(&root)).map_err(io::Error::from)
+    }
+
+    fn drop_own_cache(&self) -> io::Result<()> {
+        match &self.managed {
+            Some(m) if m.kind() == crate::managed::Kind::Moafs => {
+                // moafs's adapter answers this name on its root (DROP_CACHES_XATTR)
+                xattr::set(&self.root, "trusted.moafs.drop_caches", b"1")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        Some(&self.root)
     }
 
     fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {

@@ -1,5 +1,5 @@
 use moafs_bench::postmark::{run, PostmarkConfig};
-use moafs_bench::target::{DirTarget, EngineTarget, Target};
+use moafs_bench::target::{append_file, create_file, DirTarget, EngineTarget, Target};
 
 fn small(seed: u64) -> PostmarkConfig {
     PostmarkConfig {
@@ -14,8 +14,8 @@ fn small(seed: u64) -> PostmarkConfig {
 #[test]
 fn operation_mix_adds_up_and_leaves_nothing_behind() {
     let cfg = small(42);
-    let mut t = EngineTarget::in_memory(256 << 20).unwrap();
-    let r = run(&mut t, &cfg).unwrap();
+    let t = EngineTarget::in_memory(256 << 20).unwrap();
+    let r = run(&t, &cfg).unwrap();
     let c = &r.counts;
     assert_eq!(c.created_initial, 300);
     // every transaction is one (read | append) and one (create | delete)
@@ -41,12 +41,12 @@ fn operation_mix_adds_up_and_leaves_nothing_behind() {
 #[test]
 fn same_seed_same_operations_on_every_target() {
     let cfg = small(7);
-    let mut e = EngineTarget::in_memory(256 << 20).unwrap();
-    let on_engine = run(&mut e, &cfg).unwrap().counts;
+    let e = EngineTarget::in_memory(256 << 20).unwrap();
+    let on_engine = run(&e, &cfg).unwrap().counts;
     e.unmount().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut d = DirTarget::new(dir.path()).unwrap();
-    let on_dir = run(&mut d, &cfg).unwrap().counts;
+    let d = DirTarget::new(dir.path()).unwrap();
+    let on_dir = run(&d, &cfg).unwrap().counts;
     assert_eq!(
         on_engine, on_dir,
         "the op sequence depends on the seed only"
@@ -58,8 +58,8 @@ fn same_seed_same_operations_on_every_target() {
     );
     // bytes read are what the files held: equal on both targets (checked above), and another
     // seed gives another sequence
-    let mut e = EngineTarget::in_memory(256 << 20).unwrap();
-    let other = run(&mut e, &small(8)).unwrap().counts;
+    let e = EngineTarget::in_memory(256 << 20).unwrap();
+    let other = run(&e, &small(8)).unwrap().counts;
     assert_ne!(other, on_engine);
 }
 
@@ -78,8 +78,8 @@ fn reads_return_what_was_written() {
     };
     // create_bias 0 means every second half is a delete: the only file goes at once, and the
     // rest of the transactions find nothing.
-    let mut t = EngineTarget::in_memory(64 << 20).unwrap();
-    let c = run(&mut t, &cfg).unwrap().counts;
+    let t = EngineTarget::in_memory(64 << 20).unwrap();
+    let c = run(&t, &cfg).unwrap().counts;
     assert_eq!((c.reads, c.deletes), (1, 1));
     assert_eq!(c.bytes_read, 1000);
     assert_eq!(c.skipped, 2 * 50 - 2);
@@ -93,8 +93,8 @@ fn bad_configuration_is_an_error_not_a_panic() {
         size_high: 5,
         ..small(1)
     };
-    let mut t = EngineTarget::in_memory(64 << 20).unwrap();
-    assert!(run(&mut t, &cfg).is_err());
+    let t = EngineTarget::in_memory(64 << 20).unwrap();
+    assert!(run(&t, &cfg).is_err());
     assert!(DirTarget::new(std::path::Path::new("/nonexistent/moafs")).is_err());
 }
 
@@ -102,12 +102,35 @@ fn bad_configuration_is_an_error_not_a_panic() {
 fn scratch_directories_are_removed_also_after_a_failed_run() {
     let parent = tempfile::tempdir().unwrap();
     {
-        let mut t = DirTarget::scratch(parent.path(), "run1").unwrap();
+        let t = DirTarget::scratch(parent.path(), "run1").unwrap();
         t.mkdir("s0").unwrap();
-        t.create("s0/f", b"x", 4096).unwrap();
+        create_file(&t, "s0/f", b"x", 4096).unwrap();
         // a failing operation mid-run
-        assert!(t.append("s0/missing", b"y", 4096).is_err());
+        assert!(append_file(&t, "s0/missing", b"y", 4096).is_err());
     }
     assert_eq!(std::fs::read_dir(parent.path()).unwrap().count(), 0);
     assert!(DirTarget::scratch(std::path::Path::new("/nonexistent/x"), "r").is_err());
+}
+
+#[test]
+fn rfsl_sizes_follow_the_papers_distribution() {
+    use moafs_bench::postmark::real_size;
+    use rand::SeedableRng;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let n = 100_000;
+    let sizes: Vec<usize> = (0..n).map(|_| real_size(&mut rng)).collect();
+    let share = |limit: usize| sizes.iter().filter(|&&s| s <= limit).count() as f64 / n as f64;
+    // paper 000: 79 % of files up to 8 KB, 80 % up to 10 KB
+    assert!((share(8 << 10) - 0.79).abs() < 0.01, "{}", share(8 << 10));
+    assert!((share(10 << 10) - 0.80).abs() < 0.01, "{}", share(10 << 10));
+    assert!(sizes.iter().all(|&s| (1..=1 << 20).contains(&s)));
+    let cfg = PostmarkConfig {
+        files: 200,
+        transactions: 500,
+        ..PostmarkConfig::rfsl()
+    };
+    let t = EngineTarget::in_memory(256 << 20).unwrap();
+    let c = run(&t, &cfg).unwrap().counts;
+    assert_eq!(c.created_initial, 200);
+    assert_eq!(c.deleted_final, 200 + c.creates - c.deletes);
 }

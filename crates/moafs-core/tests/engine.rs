@@ -498,3 +498,26 @@ fn read_into_matches_read_with_holes_cache_and_eof() {
     fs.unmount().unwrap();
     fsck_clean(&dev);
 }
+
+#[test]
+fn drop_caches_writes_back_and_the_next_reads_come_from_the_device() {
+    let dev = new_dev(64 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, ME).unwrap().ino;
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    fs.write(f, 0, &data).unwrap();
+    // dirty data is written back first, then every block leaves the cache
+    let dropped = fs.drop_caches().unwrap();
+    assert_eq!(dropped, 100_000u64.div_ceil(4096));
+    assert!(fs.counters().data_blocks_written >= dropped);
+    let reads = fs.device_counters().reads;
+    let misses = fs.counters().cache_misses;
+    assert_eq!(fs.read(f, 0, 100_000).unwrap(), data);
+    assert!(fs.device_counters().reads > reads, "read from the device");
+    assert!(fs.counters().cache_misses > misses);
+    // reads do not fill the block cache (the kernel's page cache holds read data): nothing
+    // is left to drop
+    assert_eq!(fs.drop_caches().unwrap(), 0);
+    fs.unmount().unwrap();
+    fsck_clean(&dev);
+}

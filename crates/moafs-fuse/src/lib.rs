@@ -718,6 +718,17 @@ impl Filesystem for MoafsFuse {
         reply: ReplyEmpty,
     ) {
         self.activity.note();
+        if ino.0 == moafs_core::fs::ROOT_INO && name.as_bytes() == DROP_CACHES_XATTR {
+            // benchmark scenario A; the kernel lets only CAP_SYS_ADMIN set trusted.* names
+            match self.fs.drop_caches() {
+                Ok(n) => {
+                    log::info!("drop_caches: {n} blocks dropped");
+                    reply.ok();
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+            return;
+        }
         let flags = XattrFlags {
             create: flags & libc::XATTR_CREATE != 0,
             replace: flags & libc::XATTR_REPLACE != 0,
@@ -939,6 +950,11 @@ impl Drop for MaskGuard {
 
 /// Largest write the kernel may send (and the io_uring payload buffer size).
 const MAX_WRITE: u32 = 1 << 20;
+
+/// Setting this extended attribute on the root (any value; root only, as every `trusted.`
+/// name) writes everything back and drops moafs's block cache: `moafs bench --cache dropped`
+/// uses it beside the kernel's drop_caches. It is never stored.
+pub const DROP_CACHES_XATTR: &[u8] = b"trusted.moafs.drop_caches";
 
 /// Builds fuser's configuration from ours.
 pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {

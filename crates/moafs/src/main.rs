@@ -46,12 +46,16 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct BenchArgs {
-    /// List the workloads and targets and exit.
+    /// List the workloads, presets and targets and exit.
     #[arg(long)]
     list: bool,
-    /// Workload (see --list).
+    /// Workload (see --list); several, comma-separated, run one after the other.
     #[arg(long, default_value = "postmark-quick")]
     workload: String,
+    /// A set of workloads with their sizes and repetitions: `quick` (about two minutes per
+    /// target) or `full` (every workload at full size). Replaces --workload.
+    #[arg(long)]
+    preset: Option<String>,
     /// `engine` (in-process on memory), a managed file system made fresh for every run
     /// (`moafs`, `ext4`, `xfs`, `btrfs`, `fuse2fs`; root), or a directory (a fresh
     /// subdirectory per run). Several, comma-separated: they take turns within each
@@ -64,21 +68,34 @@ struct BenchArgs {
     /// Where managed targets keep their image and mount point (/dev/shm: DRAM-class storage).
     #[arg(long, default_value = "/dev/shm")]
     backing: PathBuf,
-    /// Repetitions.
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
-    /// Multiply file and transaction counts (sizes unchanged).
+    /// Repetitions (default 5, or the preset's).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Multiply file, transaction and request counts (sizes unchanged); with a preset,
+    /// multiplies the preset's own scale.
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Seconds each Filebench run lasts (default 60, or the preset's).
+    #[arg(long)]
+    duration: Option<f64>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Cache state before each run: `fresh` (a new target per run; scenario B of paper 002)
-    /// or `dropped` (also sync and drop the kernel's caches; scenario A; root).
+    /// Write a static HTML report with an SVG plot per workload here.
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// Cache state before each run (paper 002): `fresh` (B: a new target per run), `dropped`
+    /// (A: also sync and drop the kernel's and moafs's caches after the workload's setup;
+    /// root) or `polluted` (C: four unrelated runs of the workload first). Several,
+    /// comma-separated: each is a column of the comparison.
     #[arg(long, default_value = "fresh")]
     cache: String,
+    /// A job writing 100 KB files beside the measured phase (paper 002): `none`, `write`, or
+    /// `fsync` (fsync after each file). Several, comma-separated: each is a column.
+    #[arg(long, default_value = "none")]
+    background: String,
     /// Watch real disks for this many milliseconds before each run and warn when something
     /// else moved data (0: do not watch).
     #[arg(long, default_value_t = 300)]
@@ -264,6 +281,18 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         for (name, what) in moafs_bench::WORKLOADS {
             say!("  {name:16} {what}");
         }
+        say!("presets:");
+        for name in ["quick", "full"] {
+            if let Some(p) = moafs_bench::workload::preset(name) {
+                let names: Vec<&str> = p.workloads.iter().map(|w| w.0).collect();
+                say!(
+                    "  {name:16} {} repetitions, Filebench {} s: {}",
+                    p.reps,
+                    p.duration_secs,
+                    names.join(", ")
+                );
+            }
+        }
         say!("targets:");
         for (name, what) in moafs_bench::TARGETS {
             say!("  {name:16} {what}");
@@ -276,24 +305,63 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             a.scale
         ));
     }
-    if a.reps == 0 || a.reps > 1000 {
-        return Err(format!("--reps must be 1..1000, not {}", a.reps));
+    if let Some(d) = a.duration {
+        if !(d.is_finite() && d > 0.0) {
+            return Err(format!("--duration must be a positive number, not {d}"));
+        }
     }
-    let cfg = moafs_bench::workload(&a.workload, a.scale, a.seed).ok_or_else(|| {
-        format!(
-            "unknown workload {:?} (see `moafs bench --list`)",
-            a.workload
-        )
-    })?;
-    use moafs_bench::hygiene::{CacheState, Hygiene};
-    let hygiene = Hygiene {
-        cache: match a.cache.as_str() {
-            "fresh" => CacheState::Fresh,
-            "dropped" => CacheState::Dropped,
-            other => return Err(format!("--cache takes fresh or dropped, not {other:?}")),
-        },
-        watch: (a.watch_ms > 0).then(|| std::time::Duration::from_millis(a.watch_ms)),
+    let preset = match &a.preset {
+        None => None,
+        Some(p) => Some(moafs_bench::workload::preset(p).ok_or_else(|| {
+            format!("unknown preset {p:?} (quick or full; see `moafs bench --list`)")
+        })?),
     };
+    let reps = a
+        .reps
+        .unwrap_or_else(|| preset.as_ref().map_or(5, |p| p.reps));
+    if reps == 0 || reps > 1000 {
+        return Err(format!("--reps must be 1..1000, not {reps}"));
+    }
+    let duration = a
+        .duration
+        .unwrap_or_else(|| preset.as_ref().map_or(60.0, |p| p.duration_secs));
+    let chosen: Vec<(String, f64)> = match &preset {
+        Some(p) => p
+            .workloads
+            .iter()
+            .map(|&(w, s)| (w.to_string(), s * a.scale))
+            .collect(),
+        None => a
+            .workload
+            .split(',')
+            .map(|w| (w.trim().to_string(), a.scale))
+            .collect(),
+    };
+    let mut workloads = Vec::new();
+    for (name, scale) in &chosen {
+        let spec = moafs_bench::workload(name, *scale, a.seed, duration)
+            .ok_or_else(|| format!("unknown workload {name:?} (see `moafs bench --list`)"))?;
+        workloads.push((name.clone(), spec));
+    }
+    use moafs_bench::hygiene::{Background, CacheState, Hygiene};
+    let caches = a
+        .cache
+        .split(',')
+        .map(|c| {
+            CacheState::parse(c.trim()).ok_or_else(|| {
+                format!("--cache takes fresh, dropped or polluted (B, A, C), not {c:?}")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let backgrounds = a
+        .background
+        .split(',')
+        .map(|b| {
+            Background::parse(b.trim())
+                .ok_or_else(|| format!("--background takes none, write or fsync, not {b:?}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let watch = (a.watch_ms > 0).then(|| std::time::Duration::from_millis(a.watch_ms));
     use moafs_bench::managed::{Kind, Managed, ManagedOptions};
     /// One target of the comma-separated list.
     enum Spec {
@@ -327,6 +395,54 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             Spec::Dir(d)
         });
     }
+    let has_engine = specs.iter().any(|s| matches!(s, Spec::Engine));
+    let needs_kernel = caches.contains(&CacheState::Polluted)
+        || backgrounds.iter().any(|&b| b != Background::None);
+    if has_engine && needs_kernel {
+        return Err(
+            "--cache polluted and --background need mounted targets (the kernel's \
+                    cache), not the in-process engine"
+                .to_string(),
+        );
+    }
+    // the compared columns: every target under every cache state and background job
+    let tagged = caches.len() > 1 || backgrounds.len() > 1;
+    let mut columns = Vec::new();
+    for target in 0..specs.len() {
+        for &cache in &caches {
+            for &background in &backgrounds {
+                columns.push(moafs_bench::Column {
+                    target,
+                    hygiene: Hygiene {
+                        cache,
+                        watch,
+                        background,
+                    },
+                    label: if tagged {
+                        format!(" [{}{}]", cache.letter(), background.label())
+                    } else {
+                        String::new()
+                    },
+                });
+            }
+        }
+    }
+    if has_engine {
+        // a workload that needs a real directory cannot run in-process
+        if preset.is_some() {
+            workloads.retain(|(name, w)| {
+                if w.needs_dir() {
+                    say!("{name}: skipped (needs a mounted target, not the engine)");
+                }
+                !w.needs_dir()
+            });
+        } else if let Some((name, _)) = workloads.iter().find(|(_, w)| w.needs_dir()) {
+            return Err(format!(
+                "workload {name} needs a mounted target (a managed file system or a \
+                 directory), not the in-process engine"
+            ));
+        }
+    }
     // Ctrl-C: the running workload fails at its next operation and its target is taken
     // down on the way out; a second Ctrl-C exits at once.
     let _ = ctrlc::set_handler(|| {
@@ -346,50 +462,86 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             )?),
         })
     };
-    say!(
-        "{}: {} files, {} subdirectories, {} transactions, seed {}, {} repetitions{}",
-        a.workload,
-        cfg.files,
-        cfg.subdirs,
-        cfg.transactions,
-        cfg.seed,
-        a.reps,
-        if specs.len() > 1 {
-            ", targets taking turns"
-        } else {
-            ""
-        }
+    let bar = indicatif::ProgressBar::new((workloads.len() * reps * columns.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let reports = moafs_bench::run_interleaved(
-        &a.workload,
-        &cfg,
-        a.reps,
-        &hygiene,
-        specs.len(),
-        make,
-        |name, rep, run| {
-            let r = &run.result;
+    let mut results = Vec::new();
+    for (name, spec) in &workloads {
+        bar.suspend(|| {
             say!(
-                "  {name} run {rep}: {:.0} transactions/s, {:.2} s in all",
-                r.transactions_per_sec,
-                r.total_secs
-            );
-            if let Some(b) = run.other_disk_bytes_before.filter(|&b| b >= 1 << 20) {
-                eprintln!(
-                    "moafs bench: warning: other processes moved {:.1} MiB on disks just before \
-                     {name} run {rep}; its result may be disturbed",
-                    b as f64 / (1 << 20) as f64
-                );
-            }
-        },
-    )
-    .map_err(|e| format!("benchmark on {}: {e}", a.target))?;
-    for rep in &reports {
-        let t = &rep.transactions_per_sec;
+                "{name}: seed {}, {reps} repetitions{}",
+                a.seed,
+                if columns.len() > 1 {
+                    ", targets taking turns"
+                } else {
+                    ""
+                }
+            )
+        });
+        bar.set_message(name.clone());
+        let reports =
+            moafs_bench::run_columns(name, spec, reps, &columns, make, |target, rep, run| {
+                let o = &run.outcome;
+                bar.inc(1);
+                bar.suspend(|| {
+                    say!(
+                        "  {target} run {rep}: {:.1} {}/s, {:.2} s in all",
+                        o.rate,
+                        o.unit,
+                        o.total_secs
+                    );
+                    if let Some(b) = run.other_disk_bytes_before.filter(|&b| b >= 1 << 20) {
+                        eprintln!(
+                            "moafs bench: warning: other processes moved {:.1} MiB on disks \
+                             just before {target} run {rep}; its result may be disturbed",
+                            b as f64 / (1 << 20) as f64
+                        );
+                    }
+                });
+            })
+            .map_err(|e| {
+                bar.finish_and_clear();
+                format!("benchmark {name} on {}: {e}", a.target)
+            })?;
+        bar.suspend(|| print_reports(&reports));
+        let comparison = moafs_bench::compare_to_first(&reports);
+        results.push(serde_json::json!({
+            "workload": name,
+            "comparison": comparison,
+            "reports": reports,
+        }));
+    }
+    bar.finish_and_clear();
+    let doc = serde_json::json!({
+        "schema": 2,
+        "preset": a.preset,
+        "reps": reps,
+        "seed": a.seed,
+        "cache": a.cache,
+        "background": a.background,
+        "results": results,
+    });
+    if let Some(path) = &a.json {
+        let s = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.html {
+        std::fs::write(path, moafs_bench::html::report(&doc))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_reports(reports: &[moafs_bench::Report]) {
+    for rep in reports {
+        let t = &rep.rate;
         say!(
-            "{}: {:.0} transactions/s (95 % CI {:.0} .. {:.0}, sd {:.0}, n {})",
+            "{}: {:.1} {}/s (95 % CI {:.1} .. {:.1}, sd {:.1}, n {})",
             rep.target,
             t.mean,
+            rep.unit,
             t.low(),
             t.high(),
             t.sd,
@@ -404,13 +556,13 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             );
         }
     }
-    let comparison = moafs_bench::compare_to_first(&reports);
     if reports.len() > 1 {
         say!(
-            "compared with {} (transactions/s, mean over mean; 95 % intervals):",
-            reports[0].target
+            "compared with {} ({}/s, mean over mean; 95 % intervals):",
+            reports[0].target,
+            reports[0].unit
         );
-        for c in &comparison[1..] {
+        for c in &moafs_bench::compare_to_first(reports)[1..] {
             let verdict = match c.verdict {
                 moafs_bench::stats::Verdict::Higher => "faster",
                 moafs_bench::stats::Verdict::Lower => "slower",
@@ -419,21 +571,6 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             say!("  {:10} {:6.2}x  {verdict}", c.target, c.ratio_to_baseline);
         }
     }
-    if let Some(path) = &a.json {
-        let value = if reports.len() == 1 {
-            serde_json::to_value(&reports[0])
-        } else {
-            serde_json::to_value(serde_json::json!({
-                "schema": 1,
-                "comparison": comparison,
-                "reports": reports,
-            }))
-        }
-        .map_err(|e| e.to_string())?;
-        let s = serde_json::to_string_pretty(&value).map_err(|e| e.to_string())?;
-        std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    Ok(())
 }
 
 fn report(r: Result<(), String>) -> u8 {

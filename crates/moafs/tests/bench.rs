@@ -28,15 +28,18 @@ fn bench_writes_a_report_with_every_run() {
         &["bench", "--reps", "3", "--scale", "0.02", "--seed", "5"],
         &json,
     );
-    assert_eq!(v["schema"], 1);
-    assert_eq!(v["workload"], "postmark-quick");
+    assert_eq!(v["schema"], 2);
+    assert_eq!(v["results"][0]["workload"], "postmark-quick");
+    let v = &v["results"][0]["reports"][0];
+    assert_eq!(v["config"]["kind"], "postmark");
     assert_eq!(v["config"]["files"], 20);
     assert_eq!(v["config"]["transactions"], 200);
     assert_eq!(v["config"]["seed"], 5);
+    assert_eq!(v["unit"], "transactions");
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
     for r in runs {
-        let c = &r["result"]["counts"];
+        let c = &r["outcome"]["detail"]["counts"];
         let sum: u64 = ["reads", "appends", "creates", "deletes", "skipped"]
             .iter()
             .map(|k| c[k].as_u64().unwrap())
@@ -50,7 +53,7 @@ fn bench_writes_a_report_with_every_run() {
             r["engine"]
         );
     }
-    let s = &v["transactions_per_sec"];
+    let s = &v["rate"];
     assert_eq!(s["n"], 3);
     assert!(s["mean"].as_f64().unwrap() > 0.0);
     assert!(s["ci95"].as_f64().unwrap() >= 0.0);
@@ -75,6 +78,13 @@ fn bench_lists_and_refuses_bad_input() {
         vec!["bench", "--scale", "nan"],
         vec!["bench", "--reps", "0"],
         vec!["bench", "--cache", "nope"],
+        vec!["bench", "--preset", "nope"],
+        vec!["bench", "--duration", "0"],
+        vec!["bench", "--workload", "postmark-quick,nope"],
+        vec!["bench", "--workload", "sqlite-wal"],
+        vec!["bench", "--cache", "polluted"],
+        vec!["bench", "--background", "fsync"],
+        vec!["bench", "--background", "nope"],
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -156,6 +166,7 @@ fn managed_targets_run_and_are_always_taken_down() {
             ],
             &json,
         );
+        let v = &v["results"][0]["reports"][0];
         assert_eq!(v["target"], kind);
         assert_eq!(v["runs"].as_array().unwrap().len(), 2);
         for r in v["runs"].as_array().unwrap() {
@@ -189,7 +200,10 @@ fn a_failing_or_interrupted_run_still_takes_the_target_down() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("moafs: benchmark on ext4"), "{err}");
+    assert!(
+        err.contains("moafs: benchmark postmark-fsl on ext4"),
+        "{err}"
+    );
     assert_eq!(leftovers(backing.path()), Vec::<String>::new());
     // interrupted: SIGINT to the running bench
     let child = Command::new(BIN)
@@ -241,6 +255,7 @@ fn several_targets_take_turns_and_are_compared_with_the_first() {
         .collect();
     assert_eq!(order, ["e", "d", "e", "d"], "{text}");
     assert!(text.contains("compared with engine"), "{text}");
+    let v = &v["results"][0];
     let reports = v["reports"].as_array().unwrap();
     assert_eq!(reports.len(), 2);
     assert!(reports
@@ -275,7 +290,7 @@ fn dropped_caches_and_disk_watch_are_recorded_per_run() {
         ],
         &json,
     );
-    for r in v["runs"].as_array().unwrap() {
+    for r in v["results"][0]["reports"][0]["runs"].as_array().unwrap() {
         assert_eq!(r["cache"], "dropped");
         assert!(r["other_disk_bytes_before"].is_u64(), "{r}");
     }
@@ -283,6 +298,214 @@ fn dropped_caches_and_disk_watch_are_recorded_per_run() {
         &["bench", "--reps", "1", "--scale", "0.02", "--watch-ms", "0"],
         &json,
     );
-    assert_eq!(v["runs"][0]["cache"], "fresh");
-    assert!(v["runs"][0]["other_disk_bytes_before"].is_null());
+    let run = &v["results"][0]["reports"][0]["runs"][0];
+    assert_eq!(run["cache"], "fresh");
+    assert!(run["other_disk_bytes_before"].is_null());
+}
+
+#[test]
+fn a_preset_runs_its_workloads_and_writes_an_html_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    let json = tmp.path().join("q.json");
+    let html = tmp.path().join("q.html");
+    let (text, v) = bench_json(
+        &[
+            "bench",
+            "--preset",
+            "quick",
+            "--scale",
+            "0.02",
+            "--duration",
+            "0.2",
+            "--reps",
+            "2",
+            "--target",
+            dir.to_str().unwrap(),
+            "--html",
+            html.to_str().unwrap(),
+        ],
+        &json,
+    );
+    let want: Vec<String> = {
+        let out = Command::new(BIN)
+            .args(["bench", "--list"])
+            .output()
+            .unwrap();
+        let list = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = list
+            .lines()
+            .find(|l| l.trim_start().starts_with("quick"))
+            .unwrap();
+        line.split(": ")
+            .nth(1)
+            .unwrap()
+            .split(", ")
+            .map(String::from)
+            .collect()
+    };
+    let results = v["results"].as_array().unwrap();
+    let got: Vec<&str> = results
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, want, "{text}");
+    for r in results {
+        let rep = &r["reports"][0];
+        assert_eq!(
+            rep["runs"].as_array().unwrap().len(),
+            2,
+            "{}",
+            r["workload"]
+        );
+        assert!(
+            rep["rate"]["mean"].as_f64().unwrap() > 0.0,
+            "{}",
+            r["workload"]
+        );
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("<svg").count(), results.len());
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "scratch dirs removed"
+    );
+    // on the engine, a workload that needs a directory is skipped with a note
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--preset",
+            "quick",
+            "--scale",
+            "0.01",
+            "--duration",
+            "0.1",
+        ])
+        .args(["--reps", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sqlite-wal: skipped"), "{text}");
+}
+
+#[test]
+fn scenarios_and_background_jobs_are_columns_of_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    let json = tmp.path().join("s.json");
+    let (text, v) = bench_json(
+        &[
+            "bench",
+            "--workload",
+            "varmail",
+            "--scale",
+            "0.05",
+            "--duration",
+            "0.3",
+            "--reps",
+            "2",
+            "--target",
+            dir.to_str().unwrap(),
+            "--cache",
+            "fresh,polluted",
+            "--background",
+            "none,fsync",
+        ],
+        &json,
+    );
+    let reports = v["results"][0]["reports"].as_array().unwrap();
+    let names: Vec<String> = reports
+        .iter()
+        .map(|r| {
+            r["target"]
+                .as_str()
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["[B]", "[B+bg-fsync]", "[C]", "[C+bg-fsync]"],
+        "{text}"
+    );
+    for r in reports {
+        for run in r["runs"].as_array().unwrap() {
+            let bg = run["background"].as_str().unwrap();
+            let files = &run["background_files"];
+            if bg == "none" {
+                assert!(files.is_null());
+            } else {
+                assert_eq!(bg, "write_fsync");
+                assert!(
+                    files.as_u64().unwrap() > 0,
+                    "the job wrote while varmail ran"
+                );
+            }
+            let polluted = r["target"].as_str().unwrap().contains("[C");
+            assert_eq!(run["cache"], if polluted { "polluted" } else { "fresh" });
+        }
+    }
+    // pollution runs, background files and scratch directories are all gone
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn scenario_a_on_moafs_drops_its_own_cache_too() {
+    if !is_root() || !have("fusermount3") {
+        return; // managed moafs and drop_caches need root
+    }
+    let backing = tempfile::tempdir_in("/dev/shm").unwrap();
+    let json = backing.path().join("a.json");
+    let (text, v) = bench_json(
+        &[
+            "bench",
+            "--workload",
+            "micro-dir-read",
+            "--scale",
+            "0.1",
+            "--reps",
+            "1",
+            "--target",
+            "moafs",
+            "--size",
+            "256M",
+            "--backing",
+            backing.path().to_str().unwrap(),
+            "--cache",
+            "fresh,dropped",
+        ],
+        &json,
+    );
+    let reports = v["results"][0]["reports"].as_array().unwrap();
+    let read = |i: usize| {
+        reports[i]["runs"][0]["device"]["read_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let files = reports[0]["runs"][0]["outcome"]["counts"]["reads"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(files, 500, "{text}");
+    // fresh: the files just written are still cached (moafs's block cache, the page cache);
+    // dropped: every one of them comes from the image
+    assert!(
+        read(1) >= files * 4096,
+        "dropped read {} bytes: {text}",
+        read(1)
+    );
+    assert!(
+        read(0) < read(1),
+        "fresh {} vs dropped {}",
+        read(0),
+        read(1)
+    );
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }

@@ -226,6 +226,22 @@ impl Inner {
         }
     }
 
+    /// Drops every clean cached data block (after a commit, every block is clean); returns how
+    /// many were dropped.
+    pub(crate) fn drop_clean(&mut self) -> u64 {
+        let mut dropped = 0;
+        for node in self.inodes.values_mut() {
+            node.cache.retain(|_, cb| {
+                let keep = cb.dirty;
+                dropped += u64::from(!keep);
+                keep
+            });
+        }
+        self.cached_blocks -= dropped;
+        self.counters.evictions += dropped;
+        dropped
+    }
+
     /// Reads under the engine lock (used for symlink targets and by tests).
     pub(crate) fn read(&mut self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         let mut plan = self.read_plan(ino, offset, size, |n| vec![0u8; n])?;

@@ -328,6 +328,13 @@ impl Fs {
     pub fn sync(&self) -> FsResult<()> {
         self.lock().commit_if_unsaved()
     }
+    /// Writes everything back and drops the block cache (benchmark scenario A: the next reads
+    /// come from the device). Returns the blocks dropped.
+    pub fn drop_caches(&self) -> FsResult<u64> {
+        let mut g = self.lock();
+        g.commit_if_unsaved()?;
+        Ok(g.drop_clean())
+    }
     /// Periodic work: write back when the flush interval has passed. Returns whether it did.
     pub fn tick(&self) -> FsResult<bool> {
         let mut g = self.lock();

@@ -1,0 +1,332 @@
+//! The named workloads of `moafs bench`, what one run of any of them measures, and the
+//! presets.
+
+use crate::filebench::FilebenchConfig;
+use crate::micro::{BonnieConfig, MicroConfig, MicroTest, RandReadConfig, SmallWritesConfig};
+use crate::postmark::PostmarkConfig;
+use crate::sqlite::SqliteConfig;
+use crate::target::Target;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io;
+use std::time::Instant;
+
+/// What one run measured. The headline is `amount` of `unit` in the measured phase's `secs`
+/// (`rate` = amount / secs, higher is better); `counts` are every operation of the run, setup
+/// included, by kind.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub amount: f64,
+    pub unit: String,
+    pub secs: f64,
+    pub rate: f64,
+    /// Wall seconds of the whole run, setup included.
+    pub total_secs: f64,
+    pub counts: BTreeMap<String, u64>,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Workload-specific measures (phases, per-phase rates).
+    pub detail: serde_json::Value,
+}
+
+impl Outcome {
+    /// `amount` of `unit` in `secs`; the run began at `start`.
+    pub fn new(amount: f64, unit: &str, secs: f64, start: Instant) -> Outcome {
+        Outcome {
+            amount,
+            unit: unit.to_string(),
+            secs,
+            rate: if secs > 0.0 { amount / secs } else { 0.0 },
+            total_secs: start.elapsed().as_secs_f64(),
+            counts: BTreeMap::new(),
+            bytes_read: 0,
+            bytes_written: 0,
+            detail: serde_json::Value::Null,
+        }
+    }
+
+    pub fn count(mut self, what: &str, n: u64) -> Outcome {
+        *self.counts.entry(what.to_string()).or_default() += n;
+        self
+    }
+
+    pub fn bytes(mut self, read: u64, written: u64) -> Outcome {
+        self.bytes_read = read;
+        self.bytes_written = written;
+        self
+    }
+
+    pub fn detail(mut self, v: serde_json::Value) -> Outcome {
+        self.detail = v;
+        self
+    }
+
+    /// All operations counted (the divisor of device bytes per operation).
+    pub fn operations(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| k.as_str() != "skipped")
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+/// A workload and its configuration.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Spec {
+    Postmark(PostmarkConfig),
+    Filebench(FilebenchConfig),
+    RandRead(RandReadConfig),
+    SmallWrites(SmallWritesConfig),
+    Sqlite(SqliteConfig),
+    Bonnie(BonnieConfig),
+    Micro(MicroConfig),
+}
+
+impl Spec {
+    /// Runs on `t`; `between` runs after the setup phase, before the measured one (PostMark
+    /// has none: its phases are all measured).
+    pub fn run(&self, t: &dyn Target, between: &dyn Fn() -> io::Result<()>) -> io::Result<Outcome> {
+        match self {
+            Spec::Postmark(c) => {
+                let start = Instant::now();
+                let r = crate::postmark::run(t, c)?;
+                let k = &r.counts;
+                Ok(Outcome::new(
+                    c.transactions as f64,
+                    "transactions",
+                    r.transaction_secs,
+                    start,
+                )
+                .count("creates", k.created_initial + k.creates)
+                .count("reads", k.reads)
+                .count("appends", k.appends)
+                .count("deletes", k.deletes + k.deleted_final)
+                .count("skipped", k.skipped)
+                .bytes(k.bytes_read, k.bytes_written)
+                .detail(serde_json::to_value(&r).unwrap_or_default()))
+            }
+            Spec::Filebench(c) => {
+                let start = Instant::now();
+                let r = crate::filebench::run_with(t, c, between)?;
+                let mut o = Outcome::new(r.ops as f64, "ops", r.run_secs, start)
+                    .count("prealloc", r.preallocated)
+                    .bytes(r.bytes_read, r.bytes_written);
+                for (k, v) in &r.counts {
+                    o = o.count(k, *v);
+                }
+                Ok(o.detail(serde_json::json!({
+                    "setup_secs": r.setup_secs,
+                    "flowops": r.counts,
+                })))
+            }
+            Spec::RandRead(c) => crate::micro::rand_read(t, c, between),
+            Spec::SmallWrites(c) => crate::micro::small_writes(t, c, between),
+            Spec::Sqlite(c) => crate::sqlite::run(t, c, between),
+            Spec::Bonnie(c) => crate::micro::bonnie(t, c, between),
+            Spec::Micro(c) => crate::micro::micro(t, c, between),
+        }
+    }
+
+    /// Whether the workload needs a real directory (it cannot run on the engine in-process).
+    pub fn needs_dir(&self) -> bool {
+        matches!(self, Spec::Sqlite(_))
+    }
+}
+
+/// The workloads `moafs bench` knows: name and what it is.
+pub const WORKLOADS: &[(&str, &str)] = &[
+    (
+        "postmark-fsl",
+        "PostMark FSL: 20,000 files, 200 dirs, 512 B-10 KiB, 200,000 transactions",
+    ),
+    (
+        "postmark-rfsl",
+        "PostMark R-FSL (paper 000): 25,000 files, 200 dirs, real sizes, 50,000 transactions",
+    ),
+    (
+        "postmark-quick",
+        "PostMark FSL scaled to 1/20: 1,000 files, 200 dirs, 10,000 transactions",
+    ),
+    (
+        "fileserver",
+        "Filebench fileserver: 10,000 files (gamma, mean 128 KiB), 20 wide, 50 threads",
+    ),
+    (
+        "varmail",
+        "Filebench varmail: 1,000 files (gamma, mean 16 KiB), one dir, 16 threads, fsync",
+    ),
+    (
+        "webserver",
+        "Filebench webserver: 1,000 files (gamma, mean 16 KiB), 100 threads, 10 reads + log append",
+    ),
+    (
+        "webproxy",
+        "Filebench webproxy: 10,000 files of 16 KiB, one dir, 100 threads",
+    ),
+    (
+        "rndrd-16k",
+        "sysbench fileio rndrd: 1,000 random 16 KiB reads over 16 files, 256 MiB",
+    ),
+    ("rndrd-64k", "as rndrd-16k with 64 KiB reads"),
+    ("rndrd-256k", "as rndrd-16k with 256 KiB reads"),
+    ("rndrd-1m", "as rndrd-16k with 1 MiB reads"),
+    (
+        "tio-128",
+        "tiobench random writes: 4 threads x 20,000 writes of 128 B into 16 MiB files, no fsync",
+    ),
+    ("tio-1536", "as tio-128 with 1.5 KB writes"),
+    (
+        "sqlite-delete",
+        "SQLite (mobibench): 1,000 single-row 1 KB updates, synchronous FULL, journal DELETE",
+    ),
+    ("sqlite-wal", "as sqlite-delete with journal WAL"),
+    (
+        "bonnie",
+        "Bonnie++ block phases: 256 MiB written, rewritten, read in 8 KiB I/Os",
+    ),
+    (
+        "micro-seq-write",
+        "paper 000 Fig. 11: 50 dirs x 100 one-block files written in order, then sync",
+    ),
+    (
+        "micro-rand-write",
+        "paper 000 Fig. 12: 5,000 one-block files each into a random dir, then sync",
+    ),
+    (
+        "micro-dir-read",
+        "paper 000 Fig. 13: read the 50 x 100 files directory by directory",
+    ),
+    (
+        "micro-large",
+        "paper 000 Fig. 14: 4 files of 64 MiB written, synced, read back",
+    ),
+];
+
+/// The configuration of a named workload: counts multiplied by `scale` (sizes unchanged),
+/// Filebench runs lasting `duration_secs` (Filebench's default: 60).
+pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Spec> {
+    let n = |v: usize| ((v as f64 * scale).round() as usize).max(1);
+    let bytes = |v: u64| ((v as f64 * scale).round() as u64).max(1 << 20);
+    Some(match name {
+        "postmark-fsl" | "postmark-quick" | "postmark-rfsl" => {
+            let mut c = match name {
+                "postmark-fsl" => PostmarkConfig::fsl(),
+                "postmark-quick" => PostmarkConfig::fsl().scaled(0.05),
+                _ => PostmarkConfig::rfsl(),
+            };
+            if scale != 1.0 {
+                c = c.scaled(scale);
+            }
+            c.seed = seed;
+            Spec::Postmark(c)
+        }
+        "fileserver" | "varmail" | "webserver" | "webproxy" => {
+            let mut c = FilebenchConfig::personality(name)?;
+            if scale != 1.0 {
+                c = c.scaled(scale);
+            }
+            c.duration_secs = duration_secs;
+            c.seed = seed;
+            Spec::Filebench(c)
+        }
+        "rndrd-16k" | "rndrd-64k" | "rndrd-256k" | "rndrd-1m" => {
+            let block = match name {
+                "rndrd-16k" => 16 << 10,
+                "rndrd-64k" => 64 << 10,
+                "rndrd-256k" => 256 << 10,
+                _ => 1 << 20,
+            };
+            Spec::RandRead(RandReadConfig {
+                files: 16,
+                // at least a few blocks per file, however small the scale
+                total: bytes(256 << 20).max(16 * 4 * block as u64),
+                block,
+                requests: n(1000),
+                seed,
+            })
+        }
+        "tio-128" | "tio-1536" => Spec::SmallWrites(SmallWritesConfig {
+            threads: 4,
+            file_size: 16 << 20,
+            io: if name == "tio-128" { 128 } else { 1536 },
+            writes: n(20_000),
+            seed,
+        }),
+        "sqlite-delete" | "sqlite-wal" => Spec::Sqlite(SqliteConfig {
+            journal: if name == "sqlite-wal" {
+                "WAL"
+            } else {
+                "DELETE"
+            }
+            .to_string(),
+            rows: n(5_000),
+            value_size: 1024,
+            updates: n(1_000),
+            seed,
+        }),
+        "bonnie" => Spec::Bonnie(BonnieConfig {
+            size: bytes(256 << 20),
+            block: 8 << 10,
+            seed,
+        }),
+        "micro-seq-write" | "micro-rand-write" | "micro-dir-read" | "micro-large" => {
+            Spec::Micro(MicroConfig {
+                test: match name {
+                    "micro-seq-write" => MicroTest::SeqWrite,
+                    "micro-rand-write" => MicroTest::RandWrite,
+                    "micro-dir-read" => MicroTest::DirRead,
+                    _ => MicroTest::Large,
+                },
+                dirs: 50,
+                per_dir: n(100),
+                file_size: 4096,
+                large_size: bytes(64 << 20),
+                large_files: 4,
+                seed,
+            })
+        }
+        _ => return None,
+    })
+}
+
+/// A preset: workloads, each with its scale, and the run's repetitions and Filebench
+/// duration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Preset {
+    pub name: &'static str,
+    pub workloads: Vec<(&'static str, f64)>,
+    pub reps: usize,
+    pub duration_secs: f64,
+}
+
+/// `quick`: about two minutes on one target; `full`: every workload at full size (the
+/// results table in docs/BENCHMARKS.md; long).
+pub fn preset(name: &str) -> Option<Preset> {
+    Some(match name {
+        "quick" => Preset {
+            name: "quick",
+            workloads: vec![
+                ("postmark-quick", 1.0),
+                ("fileserver", 0.05),
+                ("varmail", 0.25),
+                ("webserver", 0.1),
+                ("webproxy", 0.05),
+                ("rndrd-64k", 0.25),
+                ("tio-1536", 0.25),
+                ("sqlite-wal", 0.25),
+                ("micro-rand-write", 1.0),
+            ],
+            reps: 3,
+            duration_secs: 3.0,
+        },
+        "full" => Preset {
+            name: "full",
+            workloads: WORKLOADS.iter().map(|&(w, _)| (w, 1.0)).collect(),
+            reps: 5,
+            duration_secs: 60.0,
+        },
+        _ => return None,
+    })
+}

@@ -1,0 +1,252 @@
+//! Each workload does the operation mix it is defined to do (counted), on the engine and on a
+//! directory, and cleans up what it must.
+use moafs_bench::filebench::{run as filebench, FilebenchConfig};
+use moafs_bench::target::{DirTarget, EngineTarget, Target};
+use moafs_bench::workload::{named, Spec};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::io;
+
+fn fb(name: &str, scale: f64, secs: f64) -> FilebenchConfig {
+    let mut c = FilebenchConfig::personality(name).unwrap().scaled(scale);
+    c.duration_secs = secs;
+    c
+}
+
+fn get(c: &BTreeMap<String, u64>, k: &str) -> u64 {
+    c.get(k).copied().unwrap_or(0)
+}
+
+#[test]
+fn filebench_personalities_do_their_flowops_in_proportion() {
+    // one thread (scale 0.05 of 16..100 threads rounds to 1..5): whole loops, no busy picks
+    for name in ["fileserver", "varmail", "webserver", "webproxy"] {
+        let mut cfg = fb(name, 0.02, 0.3);
+        cfg.threads = 1;
+        cfg.mean_size = 4096; // small files keep the test quick
+        let t = EngineTarget::in_memory(512 << 20).unwrap();
+        let r = filebench(&t, &cfg).unwrap();
+        let c = &r.counts;
+        assert_eq!(get(c, "skipped"), 0, "{name}: {c:?}");
+        let loops = match name {
+            "webserver" => get(c, "append_log"),
+            "fileserver" => get(c, "create"),
+            _ => get(c, "delete"),
+        };
+        assert!(loops > 0, "{name}: {c:?}");
+        let per_loop: &[(&str, u64)] = match name {
+            "fileserver" => &[
+                ("create", 1),
+                ("write_whole", 1),
+                ("close", 3),
+                ("open", 2),
+                ("append", 1),
+                ("read_whole", 1),
+                ("delete", 1),
+                ("stat", 1),
+            ],
+            "varmail" => &[
+                ("delete", 1),
+                ("create", 1),
+                ("append", 2),
+                ("fsync", 2),
+                ("close", 3),
+                ("open", 2),
+                ("read_whole", 2),
+            ],
+            "webserver" => &[
+                ("open", 10),
+                ("read_whole", 10),
+                ("close", 10),
+                ("append_log", 1),
+            ],
+            _ => &[
+                ("delete", 1),
+                ("create", 1),
+                ("append", 1),
+                ("close", 6),
+                ("open", 5),
+                ("read_whole", 5),
+            ],
+        };
+        for &(op, n) in per_loop {
+            assert_eq!(get(c, op), n * loops, "{name} {op}: {c:?}");
+        }
+        assert_eq!(c.len(), per_loop.len(), "{name}: no other flowops: {c:?}");
+        assert_eq!(r.ops, c.values().sum::<u64>());
+        assert!(r.bytes_read > 0 && r.bytes_written > 0, "{name}");
+        let pre = cfg.files as u64 * u64::from(cfg.prealloc_pct) / 100;
+        assert_eq!(r.preallocated, pre, "{name}");
+        // varmail fsyncs: the engine's device saw flushes
+        if name == "varmail" {
+            let counters = t.counters().unwrap();
+            assert!(counters.is_object());
+        }
+    }
+}
+
+/// Files under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            n += files_under(&e.path());
+        } else {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn filebench_threads_never_share_an_entry() {
+    // Many threads on few files: picks collide. Every create must have made a file
+    // that did not exist and every delete removed one that did, so the files left are
+    // exactly prealloc + creates − deletes.
+    let parent = tempfile::tempdir().unwrap();
+    let t = DirTarget::scratch(parent.path(), "fb").unwrap();
+    let mut cfg = fb("fileserver", 0.004, 0.5); // 40 files
+    cfg.threads = 6;
+    cfg.mean_size = 2048;
+    let r = filebench(&t, &cfg).unwrap();
+    let c = &r.counts;
+    assert!(get(c, "create") > 0, "{c:?}");
+    let left = files_under(&t.dir().unwrap().join("fb"));
+    assert_eq!(
+        left,
+        r.preallocated + get(c, "create") - get(c, "delete"),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn every_named_workload_runs_and_counts_what_it_did() {
+    let parent = tempfile::tempdir().unwrap();
+    for (name, _) in moafs_bench::WORKLOADS {
+        let spec = named(name, 0.01, 9, 0.2).unwrap();
+        let between_calls = Cell::new(0);
+        let between = || -> io::Result<()> {
+            between_calls.set(between_calls.get() + 1);
+            Ok(())
+        };
+        let t = DirTarget::scratch(parent.path(), name).unwrap();
+        let o = spec
+            .run(&t, &between)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(o.rate > 0.0 && o.secs > 0.0, "{name}: {o:?}");
+        assert!(o.operations() > 0, "{name}");
+        let expected_between = if matches!(spec, Spec::Postmark(_)) {
+            0
+        } else {
+            1
+        };
+        assert_eq!(between_calls.get(), expected_between, "{name}");
+        match &spec {
+            Spec::RandRead(c) => {
+                assert_eq!(o.counts["reads"], c.requests as u64);
+                // every read is a whole block: the offsets are block-aligned inside the files
+                assert_eq!(o.bytes_read, (c.requests * c.block) as u64, "{name}");
+            }
+            Spec::SmallWrites(c) => {
+                assert_eq!(o.counts["writes"], (c.threads * c.writes) as u64);
+                // random writes land inside the files: sizes unchanged
+                for k in 0..c.threads {
+                    let f = t.dir().unwrap().join(format!("tio/file.{k}"));
+                    assert_eq!(std::fs::metadata(f).unwrap().len(), c.file_size);
+                }
+            }
+            Spec::Sqlite(c) => {
+                assert_eq!(o.counts["updates"], c.updates as u64);
+                // the database is removed afterwards
+                assert_eq!(std::fs::read_dir(t.dir().unwrap()).unwrap().count(), 0);
+            }
+            Spec::Bonnie(c) => {
+                let bytes = c.size / c.block as u64 * c.block as u64;
+                assert_eq!(o.bytes_read, 2 * bytes, "rewrite and read each read it all");
+                assert_eq!(o.bytes_written, 2 * bytes);
+                for k in [
+                    "write_mib_per_sec",
+                    "rewrite_mib_per_sec",
+                    "read_mib_per_sec",
+                ] {
+                    assert!(o.detail[k].as_f64().unwrap() > 0.0, "{k}");
+                }
+            }
+            Spec::Micro(c) => {
+                let n = (c.dirs * c.per_dir) as u64;
+                match c.test {
+                    moafs_bench::micro::MicroTest::Large => {
+                        let total = c.large_size * c.large_files as u64;
+                        assert_eq!((o.bytes_read, o.bytes_written), (total, total));
+                    }
+                    moafs_bench::micro::MicroTest::DirRead => {
+                        assert_eq!(o.counts["reads"], n);
+                        assert_eq!(o.bytes_read, n * c.file_size as u64);
+                    }
+                    _ => {
+                        assert_eq!(o.counts["creates"], n);
+                        let made = (0..c.dirs)
+                            .map(|d| {
+                                std::fs::read_dir(t.dir().unwrap().join(format!("m{d}")))
+                                    .unwrap()
+                                    .count() as u64
+                            })
+                            .sum::<u64>();
+                        assert_eq!(made, n, "{name}");
+                    }
+                }
+            }
+            Spec::Postmark(_) | Spec::Filebench(_) => {}
+        }
+    }
+}
+
+#[test]
+fn sqlite_refuses_the_engine_and_counts_fsyncs_on_a_directory() {
+    let spec = named("sqlite-delete", 0.05, 1, 1.0).unwrap();
+    let e = EngineTarget::in_memory(64 << 20).unwrap();
+    let err = spec.run(&e, &|| Ok(())).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::Unsupported);
+    assert!(spec.needs_dir());
+}
+
+#[test]
+fn the_engine_runs_the_handle_api_like_a_directory() {
+    // the same seeded single-threaded workloads give the same counts on both kinds
+    let parent = tempfile::tempdir().unwrap();
+    for name in ["micro-rand-write", "rndrd-16k", "bonnie", "postmark-quick"] {
+        let spec = named(name, 0.01, 4, 0.2).unwrap();
+        let e = EngineTarget::in_memory(1 << 30).unwrap();
+        let on_engine = spec.run(&e, &|| Ok(())).unwrap();
+        let d = DirTarget::scratch(parent.path(), name).unwrap();
+        let on_dir = spec.run(&d, &|| Ok(())).unwrap();
+        assert_eq!(on_engine.counts, on_dir.counts, "{name}");
+        assert_eq!(on_engine.bytes_read, on_dir.bytes_read, "{name}");
+        assert_eq!(on_engine.bytes_written, on_dir.bytes_written, "{name}");
+    }
+}
+
+#[test]
+fn html_report_has_a_plot_per_workload_and_escapes_names() {
+    let doc = serde_json::json!({
+        "schema": 2, "preset": null, "reps": 2, "seed": 1, "cache": "fresh",
+        "results": [
+            {"workload": "varmail", "comparison": [
+                {"target": "a", "ratio_to_baseline": 1.0, "verdict": "no_difference"},
+                {"target": "<b>", "ratio_to_baseline": 2.0, "verdict": "higher"}],
+             "reports": [
+                {"target": "a", "unit": "ops", "rate": {"mean": 10.0, "ci95": 1.0, "n": 2},
+                 "device_bytes_written_per_op": null},
+                {"target": "<b>", "unit": "ops", "rate": {"mean": 20.0, "ci95": 2.0, "n": 2},
+                 "device_bytes_written_per_op": {"mean": 512.0}}]},
+            {"workload": "bonnie", "comparison": [
+                {"target": "a", "ratio_to_baseline": 1.0, "verdict": "no_difference"}],
+             "reports": [{"target": "a", "unit": "MiB", "rate": {"mean": 5.0, "ci95": 0.5, "n": 2}}]}
+        ]
+    });
+    let html = moafs_bench::html::report(&doc);
+    assert_eq!(html.matches("<svg").count(), 2);
+    assert!(html.contains("&lt;b&gt;") && !html.contains("<td><b>"));
+    assert!(html.contains("2.00×") && html.contains("512"));
+}
