@@ -8,6 +8,7 @@ pub mod hygiene;
 pub mod managed;
 pub mod micro;
 pub mod postmark;
+pub mod procstat;
 pub mod sqlite;
 pub mod stats;
 pub mod target;
@@ -73,6 +74,9 @@ pub struct Run {
     /// What the device saw, setup and unmount included (managed targets and the engine;
     /// fuse2fs not measured).
     pub device: Option<managed::DeviceIo>,
+    /// CPU time of the harness and of the FUSE daemon, and the daemon's I/O counters, over
+    /// the workload (setup included, unmount not).
+    pub cost: procstat::RunCost,
     /// Device bytes written per operation (every operation the workload counted).
     pub device_bytes_written_per_op: Option<f64>,
     /// The cache state the run started from.
@@ -99,6 +103,8 @@ pub struct Report {
     pub total_secs: Summary,
     /// Over the runs: device bytes written per operation (targets that measure it).
     pub device_bytes_written_per_op: Option<Summary>,
+    /// Over the runs: CPU microseconds per operation, harness and FUSE daemon together.
+    pub cpu_us_per_op: Option<Summary>,
 }
 
 /// Runs one repetition on a fresh target and measures it.
@@ -150,12 +156,14 @@ fn run_once(
         }
         start_background()
     };
+    let before = procstat::before(t.daemon_pid());
     let outcome = if matches!(spec, Spec::Postmark(_)) {
         between()?;
         spec.run(t.as_ref(), &|| Ok(()))
     } else {
         spec.run(t.as_ref(), &between)
     };
+    let cost = procstat::after(&before);
     let background_files = match job.into_inner() {
         Some(j) => Some(j.stop()?),
         None => None,
@@ -174,6 +182,7 @@ fn run_once(
             outcome,
             engine,
             device,
+            cost,
             cache: hygiene.cache,
             background: hygiene.background,
             background_files,
@@ -194,8 +203,18 @@ fn summarise(
         .iter()
         .filter_map(|r| r.device_bytes_written_per_op)
         .collect();
+    let cpu: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.outcome.operations() > 0)
+        .map(|r| {
+            let c = &r.cost;
+            let daemon = c.daemon.map_or(0.0, |d| d.user_s + d.sys_s);
+            (c.harness.user_s + c.harness.sys_s + daemon) * 1e6 / r.outcome.operations() as f64
+        })
+        .collect();
     let bad = || io::Error::other("a run produced no finite measure");
     Ok(Report {
+        cpu_us_per_op: Summary::of(&cpu),
         workload: workload_name.to_string(),
         config: spec.clone(),
         target,

@@ -253,6 +253,11 @@ impl Managed {
         self.kind
     }
 
+    /// The FUSE daemon's process (moafs, fuse2fs).
+    pub fn daemon_pid(&self) -> Option<i32> {
+        self.daemon_pid
+    }
+
     pub fn mount_point(&self) -> &Path {
         &self.mnt
     }

@@ -68,6 +68,10 @@ pub trait Target: Send + Sync {
     fn dir(&self) -> Option<&Path> {
         None
     }
+    /// The FUSE daemon serving the target, if any (its CPU time and I/O are measured).
+    fn daemon_pid(&self) -> Option<i32> {
+        None
+    }
     /// Engine counters, when the target is the engine.
     fn counters(&self) -> Option<serde_json::Value> {
         None
@@ -488,6 +492,12 @@ impl Target for DirTarget {
         self.check()?;
         let root = std::fs::File::open(&self.root)?;
         nix::unistd::syncfs(std::os::fd::AsRawFd::as_raw_fd(&root)).map_err(io::Error::from)
+    }
+
+    fn daemon_pid(&self) -> Option<i32> {
+        self.managed
+            .as_ref()
+            .and_then(crate::managed::Managed::daemon_pid)
     }
 
     fn drop_own_cache(&self) -> io::Result<()> {

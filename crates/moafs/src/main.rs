@@ -555,6 +555,14 @@ fn print_reports(reports: &[moafs_bench::Report]) {
                 d.high()
             );
         }
+        if let Some(c) = &rep.cpu_us_per_op {
+            say!(
+                "  CPU per operation (harness + FUSE daemon): {:.1} µs (95 % CI {:.1} .. {:.1})",
+                c.mean,
+                c.low(),
+                c.high()
+            );
+        }
     }
     if reports.len() > 1 {
         say!(

@@ -170,6 +170,12 @@ fn managed_targets_run_and_are_always_taken_down() {
         assert_eq!(v["target"], kind);
         assert_eq!(v["runs"].as_array().unwrap().len(), 2);
         for r in v["runs"].as_array().unwrap() {
+            // CPU time: the harness always; a FUSE daemon's too, with its I/O counters
+            let cost = &r["cost"];
+            assert!(cost["harness"]["sys_s"].is_f64(), "{cost}");
+            let fuse = kind == "moafs" || kind == "fuse2fs";
+            assert_eq!(cost["daemon"].is_object(), fuse, "{kind}: {cost}");
+            assert_eq!(cost["daemon_io"]["wchar"].is_u64(), fuse, "{kind}: {cost}");
             if kind == "fuse2fs" {
                 assert!(r["device"].is_null(), "fuse2fs: not measured");
             } else {
