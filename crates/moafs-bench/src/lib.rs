@@ -12,6 +12,7 @@ pub mod procstat;
 pub mod sqlite;
 pub mod stats;
 pub mod target;
+pub mod tools;
 pub mod workload;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,7 +70,7 @@ pub const TARGETS: &[(&str, &str)] = &[
 pub struct Run {
     pub rep: usize,
     pub outcome: Outcome,
-    /// Engine counters of the run (engine target only).
+    /// Engine counters of the run (the engine target, and managed moafs: its `stats=`).
     pub engine: Option<serde_json::Value>,
     /// What the device saw, setup and unmount included (managed targets and the engine;
     /// fuse2fs not measured).
@@ -169,8 +170,8 @@ fn run_once(
         None => None,
     };
     let outcome = outcome?;
-    let engine = t.counters();
     let device = t.finish()?;
+    let engine = t.counters();
     let ops = outcome.operations();
     Ok((
         name,

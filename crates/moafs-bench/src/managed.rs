@@ -95,6 +95,14 @@ fn block_stat(dev: &str) -> io::Result<[u64; 4]> {
     Ok([f[0], f[2], f[4], f[6]])
 }
 
+/// What a managed target reports when it is taken down.
+#[derive(Debug, Clone, Default)]
+pub struct Finished {
+    pub device: Option<DeviceIo>,
+    /// moafs's engine counters (moafs only).
+    pub engine: Option<serde_json::Value>,
+}
+
 /// A mounted, managed file system; unmounted and removed on drop.
 #[derive(Debug)]
 pub struct Managed {
@@ -264,15 +272,26 @@ impl Managed {
 
     /// Unmounts (everything is written back then), reads what the device saw during the run,
     /// and takes the target down.
-    pub fn finish(mut self) -> io::Result<Option<DeviceIo>> {
+    pub fn finish(mut self) -> io::Result<Finished> {
         let mut errors = Vec::new();
         self.unmount(&mut errors);
         let io = self.device_io();
+        let engine = self.engine_counters();
         self.release(&mut errors);
         if !errors.is_empty() {
             return Err(io::Error::other(errors.join("; ")));
         }
-        io
+        Ok(Finished {
+            device: io?,
+            engine,
+        })
+    }
+
+    /// moafs's engine counters of the mount (its `stats=` file, written at unmount).
+    fn engine_counters(&self) -> Option<serde_json::Value> {
+        let text = std::fs::read(self.stats.as_ref()?).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
+        Some(v["engine"].clone()).filter(|e| e.is_object())
     }
 
     fn device_io(&self) -> io::Result<Option<DeviceIo>> {

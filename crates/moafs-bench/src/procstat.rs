@@ -47,17 +47,17 @@ fn ticks_per_sec() -> f64 {
     }
 }
 
-/// Parses `/proc/PID/stat` text: fields 14 and 15 (utime, stime, in clock ticks) counted after
-/// the command name, which may hold spaces and parentheses.
+/// Parses `/proc/PID/stat` text: fields 14–17 (utime, stime, and cutime, cstime of the
+/// children waited for — a tool the harness ran —, in clock ticks) counted after the command
+/// name, which may hold spaces and parentheses.
 pub fn parse_stat(text: &str, ticks: f64) -> Option<Cpu> {
     let rest = &text[text.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state): utime is field 14, stime 15
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
+    // rest starts at field 3 (state): utime is field 14
+    let n = |i: usize| -> Option<f64> { f.get(i)?.parse().ok() };
     Some(Cpu {
-        user_s: utime / ticks,
-        sys_s: stime / ticks,
+        user_s: (n(11)? + n(13)?) / ticks,
+        sys_s: (n(12)? + n(14)?) / ticks,
     })
 }
 
@@ -143,9 +143,9 @@ mod tests {
 
     #[test]
     fn stat_fields_after_a_name_with_spaces_and_parens() {
-        let text = "1234 (moafs (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 3 0";
+        let text = "1234 (moafs (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 75 10 5 20 0 3 0";
         let c = parse_stat(text, 100.0).unwrap();
-        assert_eq!((c.user_s, c.sys_s), (2.5, 0.75));
+        assert_eq!((c.user_s, c.sys_s), (2.6, 0.8));
         assert!(parse_stat("garbage", 100.0).is_none());
         // this process has used some CPU by now
         let me = cpu(None).unwrap();

@@ -72,7 +72,7 @@ pub trait Target: Send + Sync {
     fn daemon_pid(&self) -> Option<i32> {
         None
     }
-    /// Engine counters, when the target is the engine.
+    /// Engine counters: the engine's, or a managed moafs's once it is taken down.
     fn counters(&self) -> Option<serde_json::Value> {
         None
     }
@@ -358,6 +358,8 @@ pub struct DirTarget {
     /// The managed file system the directory lives on; dropped (taken down) after the
     /// directory target.
     managed: Option<crate::managed::Managed>,
+    /// moafs's engine counters, once a managed moafs has been taken down.
+    engine: Option<serde_json::Value>,
 }
 
 impl DirTarget {
@@ -373,6 +375,7 @@ impl DirTarget {
             root: root.to_path_buf(),
             scratch: false,
             managed: None,
+            engine: None,
         })
     }
 
@@ -382,6 +385,7 @@ impl DirTarget {
             root: m.mount_point().to_path_buf(),
             scratch: false,
             managed: Some(m),
+            engine: None,
         }
     }
 
@@ -401,6 +405,7 @@ impl DirTarget {
             root,
             scratch: true,
             managed: None,
+            engine: None,
         })
     }
 
@@ -514,9 +519,17 @@ impl Target for DirTarget {
         Some(&self.root)
     }
 
+    fn counters(&self) -> Option<serde_json::Value> {
+        self.engine.clone()
+    }
+
     fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {
         match self.managed.take() {
-            Some(m) => m.finish(),
+            Some(m) => {
+                let f = m.finish()?;
+                self.engine = f.engine;
+                Ok(f.device)
+            }
             None => Ok(None),
         }
     }

@@ -82,6 +82,7 @@ pub enum Spec {
     Sqlite(SqliteConfig),
     Bonnie(BonnieConfig),
     Micro(MicroConfig),
+    Tool(crate::tools::ToolConfig),
 }
 
 impl Spec {
@@ -126,12 +127,13 @@ impl Spec {
             Spec::Sqlite(c) => crate::sqlite::run(t, c, between),
             Spec::Bonnie(c) => crate::micro::bonnie(t, c, between),
             Spec::Micro(c) => crate::micro::micro(t, c, between),
+            Spec::Tool(c) => crate::tools::run(t, c, between),
         }
     }
 
     /// Whether the workload needs a real directory (it cannot run on the engine in-process).
     pub fn needs_dir(&self) -> bool {
-        matches!(self, Spec::Sqlite(_))
+        matches!(self, Spec::Sqlite(_) | Spec::Tool(_))
     }
 }
 
@@ -287,6 +289,29 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
                 seed,
             })
         }
+        "tool-postmark" | "tool-sysbench" | "tool-fio" | "tool-bonnie" => {
+            use crate::tools::{Tool, ToolConfig};
+            let tool = match name {
+                "tool-postmark" => Tool::Postmark,
+                "tool-sysbench" => Tool::Sysbench,
+                "tool-fio" => Tool::Fio,
+                _ => Tool::Bonnie,
+            };
+            let postmark = tool == Tool::Postmark;
+            Spec::Tool(ToolConfig {
+                tool,
+                files: n(1_000),
+                transactions: if postmark { n(10_000) } else { n(1_000) },
+                // bonnie++ shows phases under 0.5 s as +++++: 1 GiB by default
+                total: if tool == Tool::Bonnie {
+                    bytes(1 << 30)
+                } else {
+                    bytes(256 << 20).max(16 * 4 * (16 << 10))
+                },
+                block: 16 << 10,
+                seed,
+            })
+        }
         _ => return None,
     })
 }
@@ -323,7 +348,11 @@ pub fn preset(name: &str) -> Option<Preset> {
         },
         "full" => Preset {
             name: "full",
-            workloads: WORKLOADS.iter().map(|&(w, _)| (w, 1.0)).collect(),
+            workloads: WORKLOADS
+                .iter()
+                .filter(|(w, _)| !w.starts_with("tool-"))
+                .map(|&(w, _)| (w, 1.0))
+                .collect(),
             reps: 5,
             duration_secs: 60.0,
         },

@@ -176,6 +176,8 @@ fn managed_targets_run_and_are_always_taken_down() {
             let fuse = kind == "moafs" || kind == "fuse2fs";
             assert_eq!(cost["daemon"].is_object(), fuse, "{kind}: {cost}");
             assert_eq!(cost["daemon_io"]["wchar"].is_u64(), fuse, "{kind}: {cost}");
+            // moafs's engine counters come from its stats= file at unmount
+            assert_eq!(r["engine"]["commits"].is_u64(), kind == "moafs", "{kind}");
             if kind == "fuse2fs" {
                 assert!(r["device"].is_null(), "fuse2fs: not measured");
             } else {
