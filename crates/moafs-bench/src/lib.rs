@@ -40,7 +40,19 @@ pub use workload::{named as workload, Outcome, Spec, WORKLOADS};
 pub const TARGETS: &[(&str, &str)] = &[
     (
         "engine",
-        "the moafs engine in-process on a 1 GiB memory device (no FUSE, no kernel)",
+        "the moafs engine in-process on a memory device of --size (no FUSE, no kernel)",
+    ),
+    (
+        "engine:file",
+        "the engine in-process on a fresh image file in --backing",
+    ),
+    (
+        "engine:hdd",
+        "the engine on a modelled disk (paper 000: 7200 RPM, 9 ms seek); modelled time reported",
+    ),
+    (
+        "engine:ssd",
+        "the engine on a modelled SATA SSD (queue depth 1); modelled time reported",
     ),
     (
         "moafs",

@@ -71,7 +71,7 @@ pub struct ManagedOptions {
 /// What the device under a managed target saw during a run: the loop device's block-layer
 /// counters (`/sys/block/loopN/stat`, unmount included), or for moafs the counters of its own
 /// device layer (`stats=` at unmount). fuse2fs: not measured.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct DeviceIo {
     pub reads: u64,
     pub read_bytes: u64,
@@ -79,6 +79,12 @@ pub struct DeviceIo {
     pub write_bytes: u64,
     /// Device flushes (moafs only; the block layer's flush count is not in `stat`).
     pub flushes: Option<u64>,
+    /// Modelled busy time of a model device, seconds (`engine:hdd`, `engine:ssd` only), and
+    /// the seek distance it charged (HDD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modelled_secs: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seek_distance_bytes: Option<u64>,
 }
 
 /// (reads completed, sectors read, writes completed, sectors written) of a block device.
@@ -303,6 +309,8 @@ impl Managed {
                 writes: end[2].saturating_sub(start[2]),
                 write_bytes: end[3].saturating_sub(start[3]) * 512,
                 flushes: None,
+                modelled_secs: None,
+                seek_distance_bytes: None,
             }));
         }
         if let Some(path) = &self.stats {
@@ -316,6 +324,8 @@ impl Managed {
                 writes: n("writes"),
                 write_bytes: n("write_bytes"),
                 flushes: d["flushes"].as_u64(),
+                modelled_secs: None,
+                seek_distance_bytes: None,
             }));
         }
         Ok(None) // fuse2fs: its image I/O is not separable from its FUSE traffic

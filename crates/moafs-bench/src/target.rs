@@ -142,31 +142,126 @@ fn engine_err(e: moafs_core::FsError) -> io::Error {
     io::Error::from_raw_os_error(e.to_errno())
 }
 
-/// The engine in-process on a memory device of the given size (mkfs defaults).
+fn dev_err(e: moafs_core::device::DeviceError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Numbers the image files of `engine:file` targets within this process.
+static NEXT_IMAGE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The device under an in-process engine target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EngineDevice {
+    /// DRAM (a memory device).
+    Memory,
+    /// An image file (made fresh in the given directory, removed afterwards).
+    File,
+    /// A memory device charged as the paper 000 disk (7200 RPM, 9 ms average seek): the
+    /// modelled time is in the run's device counters.
+    Hdd,
+    /// A memory device charged as a SATA SSD at queue depth 1.
+    Ssd,
+}
+
+impl EngineDevice {
+    pub fn parse(s: &str) -> Option<EngineDevice> {
+        Some(match s {
+            "engine" | "engine:mem" => EngineDevice::Memory,
+            "engine:file" => EngineDevice::File,
+            "engine:hdd" => EngineDevice::Hdd,
+            "engine:ssd" => EngineDevice::Ssd,
+            _ => return None,
+        })
+    }
+}
+
+/// The engine in-process on a device (mkfs defaults).
 pub struct EngineTarget {
     fs: Fs,
     /// Directory path → inode, for the directories made through this target.
     dirs: RwLock<HashMap<String, u64>>,
     /// Appends look up the size and write there: one at a time, as `O_APPEND` is atomic.
     append: Mutex<()>,
-    size: u64,
+    label: String,
     /// Device counters after mkfs and mount: the run's I/O is what comes after.
     start: moafs_core::device::DeviceCounters,
+    /// The image file of an `EngineDevice::File` target, removed on drop.
+    image: Option<PathBuf>,
+}
+
+impl Drop for EngineTarget {
+    fn drop(&mut self) {
+        if let Some(img) = &self.image {
+            let _ = self.fs.unmount();
+            let _ = std::fs::remove_file(img);
+        }
+    }
 }
 
 impl EngineTarget {
     pub fn in_memory(size: u64) -> io::Result<EngineTarget> {
-        let dev = Arc::new(MemDevice::new(size));
-        mkfs(dev.as_ref(), &MkfsOptions::default()).map_err(engine_err)?;
-        let fs =
-            Fs::mount(dev as Arc<dyn BlockDevice>, MountOptions::default()).map_err(engine_err)?;
+        Self::on(EngineDevice::Memory, size, Path::new("."))
+    }
+
+    /// The engine on a fresh device of `size` bytes; an image file is made in `backing`.
+    pub fn on(kind: EngineDevice, size: u64, backing: &Path) -> io::Result<EngineTarget> {
+        use moafs_core::device::{
+            FileDevice, FileDeviceOptions, HddModel, ModelDevice, ModelKind, SsdModel,
+        };
+        let mut image = None;
+        let dev: Arc<dyn BlockDevice> = match kind {
+            EngineDevice::Memory => Arc::new(MemDevice::new(size)),
+            EngineDevice::File => {
+                let path = backing.join(format!(
+                    "moafs-bench-engine-{}-{}.img",
+                    std::process::id(),
+                    NEXT_IMAGE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                ));
+                FileDevice::create(&path, size).map_err(dev_err)?;
+                image = Some(path.clone());
+                match FileDevice::open(&path, FileDeviceOptions::default()) {
+                    Ok(d) => Arc::new(d),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&path);
+                        return Err(dev_err(e));
+                    }
+                }
+            }
+            EngineDevice::Hdd | EngineDevice::Ssd => {
+                let model = if kind == EngineDevice::Hdd {
+                    ModelKind::Hdd(HddModel::paper())
+                } else {
+                    ModelKind::Ssd(SsdModel::default())
+                };
+                Arc::new(ModelDevice::new(Arc::new(MemDevice::new(size)), model))
+            }
+        };
+        let made = mkfs(dev.as_ref(), &MkfsOptions::default())
+            .map_err(engine_err)
+            .and_then(|_| Fs::mount(dev, MountOptions::default()).map_err(engine_err));
+        let fs = match made {
+            Ok(fs) => fs,
+            Err(e) => {
+                if let Some(p) = &image {
+                    let _ = std::fs::remove_file(p);
+                }
+                return Err(e);
+            }
+        };
         let start = fs.device_counters();
+        let what = match kind {
+            EngineDevice::Memory => "mem",
+            EngineDevice::File => "file",
+            EngineDevice::Hdd => "hdd",
+            EngineDevice::Ssd => "ssd",
+        };
         Ok(EngineTarget {
             fs,
             dirs: RwLock::new(HashMap::new()),
             append: Mutex::new(()),
-            size,
+            label: format!("engine:{what}:{}MiB", size >> 20),
             start,
+            image,
         })
     }
 
@@ -200,6 +295,11 @@ impl EngineTarget {
         self.fs.unmount().map_err(engine_err)
     }
 
+    /// The engine (for tests and experiments that look inside).
+    pub fn fs(&self) -> &Fs {
+        &self.fs
+    }
+
     fn ino(fh: &Fh) -> io::Result<(u64, bool)> {
         match fh.0 {
             Inner::Engine { ino, append } => Ok((ino, append)),
@@ -210,7 +310,7 @@ impl EngineTarget {
 
 impl Target for EngineTarget {
     fn name(&self) -> String {
-        format!("engine:mem:{}MiB", self.size >> 20)
+        self.label.clone()
     }
 
     fn mkdir(&self, path: &str) -> io::Result<()> {
@@ -344,6 +444,10 @@ impl Target for EngineTarget {
             writes: end.writes - s.writes,
             write_bytes: end.write_bytes - s.write_bytes,
             flushes: Some(end.flushes - s.flushes),
+            modelled_secs: (end.modelled_ns > 0)
+                .then(|| (end.modelled_ns - s.modelled_ns) as f64 / 1e9),
+            seek_distance_bytes: (end.seek_distance_bytes > 0)
+                .then(|| end.seek_distance_bytes - s.seek_distance_bytes),
         }))
     }
 }

@@ -209,6 +209,23 @@ pub const WORKLOADS: &[(&str, &str)] = &[
 /// The configuration of a named workload: counts multiplied by `scale` (sizes unchanged),
 /// Filebench runs lasting `duration_secs` (Filebench's default: 60).
 pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Spec> {
+    // `NAME:SIZE` sets the I/O size of PostMark (its read/write buffer: 512, 4096, 8192 …)
+    // and of Bonnie (its block)
+    if let Some((base, io)) = name.split_once(':') {
+        let io = parse_io_size(io)?;
+        return match named(base, scale, seed, duration_secs)? {
+            Spec::Postmark(mut c) => {
+                c.read_block = io;
+                c.write_block = io;
+                Some(Spec::Postmark(c))
+            }
+            Spec::Bonnie(mut c) => {
+                c.block = io;
+                Some(Spec::Bonnie(c))
+            }
+            _ => None,
+        };
+    }
     let n = |v: usize| ((v as f64 * scale).round() as usize).max(1);
     let bytes = |v: u64| ((v as f64 * scale).round() as u64).max(1 << 20);
     Some(match name {
@@ -314,6 +331,21 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
         }
         _ => return None,
     })
+}
+
+/// `512`, `4k`, `8K`, `1m`: a positive I/O size of at most 64 MiB.
+fn parse_io_size(s: &str) -> Option<usize> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, shift) = match t.strip_suffix('k') {
+        Some(n) => (n, 10),
+        None => match t.strip_suffix('m') {
+            Some(n) => (n, 20),
+            None => (t.as_str(), 0),
+        },
+    };
+    let v: usize = num.parse().ok()?;
+    let v = v.checked_shl(shift)?;
+    (1..=64 << 20).contains(&v).then_some(v)
 }
 
 /// A preset: workloads, each with its scale, and the run's repetitions and Filebench

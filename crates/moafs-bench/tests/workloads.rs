@@ -267,3 +267,70 @@ fn html_report_has_a_plot_per_workload_and_escapes_names() {
     assert!(html.contains("&lt;b&gt;") && !html.contains("<td><b>"));
     assert!(html.contains("2.00×") && html.contains("512"));
 }
+
+#[test]
+fn engine_on_a_model_disk_reports_modelled_time_and_file_images_are_removed() {
+    use moafs_bench::target::EngineDevice;
+    let spec = named("micro-rand-write", 0.05, 3, 1.0).unwrap();
+    let mut times = Vec::new();
+    for dev in [EngineDevice::Hdd, EngineDevice::Ssd] {
+        let mut t = EngineTarget::on(dev, 256 << 20, std::path::Path::new(".")).unwrap();
+        spec.run(&t, &|| Ok(())).unwrap();
+        let io = t.finish().unwrap().unwrap();
+        let secs = io.modelled_secs.unwrap();
+        assert!(secs > 0.0 && io.writes > 0, "{dev:?}: {io:?}");
+        assert_eq!(io.seek_distance_bytes.is_some(), dev == EngineDevice::Hdd);
+        times.push(secs);
+    }
+    // the same writes cost the modelled disk more than the modelled SSD
+    assert!(times[0] > times[1], "{times:?}");
+    // a memory device has no model
+    let mut m = EngineTarget::in_memory(64 << 20).unwrap();
+    spec.run(&m, &|| Ok(())).unwrap();
+    assert!(m.finish().unwrap().unwrap().modelled_secs.is_none());
+    // an image file lives in the backing directory while the target does, not after
+    let backing = tempfile::tempdir().unwrap();
+    {
+        let t = EngineTarget::on(EngineDevice::File, 64 << 20, backing.path()).unwrap();
+        spec.run(&t, &|| Ok(())).unwrap();
+        assert_eq!(std::fs::read_dir(backing.path()).unwrap().count(), 1);
+    }
+    assert_eq!(std::fs::read_dir(backing.path()).unwrap().count(), 0);
+    assert!(EngineTarget::on(
+        EngineDevice::File,
+        64 << 20,
+        std::path::Path::new("/nonexistent")
+    )
+    .is_err());
+}
+
+#[test]
+fn io_size_suffix_sets_postmark_buffers_and_bonnie_blocks() {
+    for (name, io) in [
+        ("postmark-fsl:512", 512),
+        ("postmark-rfsl:8k", 8192),
+        ("bonnie:1m", 1 << 20),
+    ] {
+        match named(name, 1.0, 1, 1.0).unwrap() {
+            Spec::Postmark(c) => assert_eq!((c.read_block, c.write_block), (io, io), "{name}"),
+            Spec::Bonnie(c) => assert_eq!(c.block, io),
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    for bad in [
+        "postmark-fsl:0",
+        "postmark-fsl:x",
+        "varmail:4k",
+        "bonnie:1g",
+        "nope:4k",
+    ] {
+        assert!(named(bad, 1.0, 1, 1.0).is_none(), "{bad}");
+    }
+    // 512-byte buffers: more, smaller writes for the same files (counted by bytes, not calls)
+    let t = EngineTarget::in_memory(256 << 20).unwrap();
+    let o = named("postmark-quick:512", 0.1, 1, 1.0)
+        .unwrap()
+        .run(&t, &|| Ok(()))
+        .unwrap();
+    assert!(o.bytes_written > 0);
+}

@@ -56,13 +56,14 @@ struct BenchArgs {
     /// target) or `full` (every workload at full size). Replaces --workload.
     #[arg(long)]
     preset: Option<String>,
-    /// `engine` (in-process on memory), a managed file system made fresh for every run
+    /// `engine` (in-process on memory; `engine:file` on an image in --backing, `engine:hdd`
+    /// / `engine:ssd` on a modelled disk), a managed file system made fresh for every run
     /// (`moafs`, `ext4`, `xfs`, `btrfs`, `fuse2fs`; root), or a directory (a fresh
     /// subdirectory per run). Several, comma-separated: they take turns within each
     /// repetition and are compared with the first.
     #[arg(long, default_value = "engine")]
     target: String,
-    /// Image size of managed targets.
+    /// Image size of managed and engine targets (the same for every target).
     #[arg(long, default_value = "4G")]
     size: String,
     /// Where managed targets keep their image and mount point (/dev/shm: DRAM-class storage).
@@ -275,7 +276,7 @@ fn main() -> ExitCode {
 }
 
 fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
-    use moafs_bench::target::{DirTarget, EngineTarget, Target};
+    use moafs_bench::target::{DirTarget, EngineDevice, EngineTarget, Target};
     if a.list {
         say!("workloads:");
         for (name, what) in moafs_bench::WORKLOADS {
@@ -365,14 +366,21 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     use moafs_bench::managed::{Kind, Managed, ManagedOptions};
     /// One target of the comma-separated list.
     enum Spec {
-        Engine,
+        Engine(EngineDevice),
         Managed(ManagedOptions),
         Dir(PathBuf),
     }
+    let size = parse_size(&a.size)?;
     let mut specs = Vec::new();
     for name in a.target.split(',').map(str::trim) {
-        specs.push(if name == "engine" {
-            Spec::Engine
+        specs.push(if let Some(dev) = EngineDevice::parse(name) {
+            if dev == EngineDevice::File && !a.backing.is_dir() {
+                return Err(format!(
+                    "--backing {} is not a directory",
+                    a.backing.display()
+                ));
+            }
+            Spec::Engine(dev)
         } else if let Some(kind) = Kind::parse(name) {
             if !a.backing.is_dir() {
                 return Err(format!(
@@ -382,7 +390,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             }
             Spec::Managed(ManagedOptions {
                 kind,
-                size: parse_size(&a.size)?,
+                size,
                 backing: a.backing.clone(),
                 moafs: std::env::current_exe().map_err(|e| e.to_string())?,
                 moafs_options: String::new(),
@@ -395,7 +403,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             Spec::Dir(d)
         });
     }
-    let has_engine = specs.iter().any(|s| matches!(s, Spec::Engine));
+    let has_engine = specs.iter().any(|s| matches!(s, Spec::Engine(_)));
     let needs_kernel = caches.contains(&CacheState::Polluted)
         || backgrounds.iter().any(|&b| b != Background::None);
     if has_engine && needs_kernel {
@@ -454,7 +462,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     });
     let make = |i: usize, rep: usize| -> std::io::Result<Box<dyn Target>> {
         Ok(match &specs[i] {
-            Spec::Engine => Box::new(EngineTarget::in_memory(1 << 30)?),
+            Spec::Engine(dev) => Box::new(EngineTarget::on(*dev, size, &a.backing)?),
             Spec::Managed(o) => Box::new(DirTarget::managed(Managed::create(o)?)),
             Spec::Dir(d) => Box::new(DirTarget::scratch(
                 d,
@@ -553,6 +561,19 @@ fn print_reports(reports: &[moafs_bench::Report]) {
                 d.mean,
                 d.low(),
                 d.high()
+            );
+        }
+        let modelled: Vec<f64> = rep
+            .runs
+            .iter()
+            .filter_map(|r| r.device.and_then(|d| d.modelled_secs))
+            .collect();
+        if let Some(m) = moafs_bench::stats::Summary::of(&modelled) {
+            say!(
+                "  modelled device time: {:.3} s (95 % CI {:.3} .. {:.3})",
+                m.mean,
+                m.low(),
+                m.high()
             );
         }
         if let Some(c) = &rep.cpu_us_per_op {

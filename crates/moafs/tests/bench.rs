@@ -85,6 +85,14 @@ fn bench_lists_and_refuses_bad_input() {
         vec!["bench", "--cache", "polluted"],
         vec!["bench", "--background", "fsync"],
         vec!["bench", "--background", "nope"],
+        vec![
+            "bench",
+            "--target",
+            "engine:file",
+            "--backing",
+            "/nonexistent",
+        ],
+        vec!["bench", "--target", "engine:nope"],
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -516,4 +524,36 @@ fn scenario_a_on_moafs_drops_its_own_cache_too() {
     );
     std::fs::remove_file(&json).unwrap();
     assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+}
+
+#[test]
+fn engine_on_a_modelled_disk_prints_its_modelled_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("m.json");
+    let (text, v) = bench_json(
+        &[
+            "bench",
+            "--workload",
+            "micro-rand-write",
+            "--scale",
+            "0.05",
+            "--reps",
+            "2",
+            "--size",
+            "256M",
+            "--target",
+            "engine:hdd,engine",
+        ],
+        &json,
+    );
+    assert!(text.contains("modelled device time"), "{text}");
+    let reports = v["results"][0]["reports"].as_array().unwrap();
+    assert!(reports[0]["target"]
+        .as_str()
+        .unwrap()
+        .starts_with("engine:hdd"));
+    for run in reports[0]["runs"].as_array().unwrap() {
+        assert!(run["device"]["modelled_secs"].as_f64().unwrap() > 0.0);
+    }
+    assert!(reports[1]["runs"][0]["device"]["modelled_secs"].is_null());
 }
