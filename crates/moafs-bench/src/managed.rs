@@ -113,6 +113,8 @@ pub struct Finished {
 #[derive(Debug)]
 pub struct Managed {
     kind: Kind,
+    /// The name in reports: the kind, and moafs's extra mount options after an `@`.
+    label: String,
     /// Block counters of the loop device when the run began.
     start: Option<[u64; 4]>,
     /// moafs's `stats=` file.
@@ -193,6 +195,11 @@ impl Managed {
         std::fs::create_dir(&work)?;
         let mut m = Managed {
             kind: o.kind,
+            label: if o.moafs_options.is_empty() {
+                o.kind.name().to_string()
+            } else {
+                format!("{}@{}", o.kind.name(), o.moafs_options.replace(',', ";"))
+            },
             mnt: work.join("mnt"),
             img: work.join("img"),
             work,
@@ -265,6 +272,11 @@ impl Managed {
 
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// The name in reports (`moafs`, `moafs@dirty_max=1G` …).
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// The FUSE daemon's process (moafs, fuse2fs).

@@ -532,7 +532,7 @@ impl Drop for DirTarget {
 impl Target for DirTarget {
     fn name(&self) -> String {
         if let Some(m) = &self.managed {
-            return m.kind().name().to_string();
+            return m.label().to_string();
         }
         let shown = if self.scratch {
             self.root.parent().unwrap_or(&self.root)

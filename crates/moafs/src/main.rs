@@ -58,7 +58,8 @@ struct BenchArgs {
     preset: Option<String>,
     /// `engine` (in-process on memory; `engine:file` on an image in --backing, `engine:hdd`
     /// / `engine:ssd` on a modelled disk), a managed file system made fresh for every run
-    /// (`moafs`, `ext4`, `xfs`, `btrfs`, `fuse2fs`; root), or a directory (a fresh
+    /// (`moafs`, `ext4`, `xfs`, `btrfs`, `fuse2fs`; root; `moafs@opt;opt=value` mounts moafs
+    /// with extra options, e.g. `moafs@dirty_max=1G`), or a directory (a fresh
     /// subdirectory per run). Several, comma-separated: they take turns within each
     /// repetition and are compared with the first.
     #[arg(long, default_value = "engine")]
@@ -381,7 +382,17 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                 ));
             }
             Spec::Engine(dev)
-        } else if let Some(kind) = Kind::parse(name) {
+        } else if let Some(kind) = Kind::parse(name.split('@').next().unwrap_or(name)) {
+            // `moafs@opt;opt=v`: moafs mounted with extra options (`;` for `,`)
+            let moafs_options = match name.split_once('@') {
+                None => String::new(),
+                Some((_, o)) if kind == Kind::Moafs && !o.is_empty() => o.replace(';', ","),
+                Some(_) => {
+                    return Err(format!(
+                        "target {name}: only moafs takes mount options (moafs@opt;opt=value)"
+                    ))
+                }
+            };
             if !a.backing.is_dir() {
                 return Err(format!(
                     "--backing {} is not a directory",
@@ -393,7 +404,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                 size,
                 backing: a.backing.clone(),
                 moafs: std::env::current_exe().map_err(|e| e.to_string())?,
-                moafs_options: String::new(),
+                moafs_options,
             })
         } else {
             let d = PathBuf::from(name);

@@ -93,6 +93,7 @@ fn bench_lists_and_refuses_bad_input() {
             "/nonexistent",
         ],
         vec!["bench", "--target", "engine:nope"],
+        vec!["bench", "--target", "ext4@journal=data"],
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -556,4 +557,50 @@ fn engine_on_a_modelled_disk_prints_its_modelled_time() {
         assert!(run["device"]["modelled_secs"].as_f64().unwrap() > 0.0);
     }
     assert!(reports[1]["runs"][0]["device"]["modelled_secs"].is_null());
+}
+
+#[test]
+fn moafs_targets_take_mount_options_and_bad_ones_fail_cleanly() {
+    if !is_root() || !have("fusermount3") {
+        return;
+    }
+    let backing = tempfile::tempdir_in("/dev/shm").unwrap();
+    let b = backing.path().to_str().unwrap();
+    let json = backing.path().join("o.json");
+    let (_, v) = bench_json(
+        &[
+            "bench",
+            "--scale",
+            "0.02",
+            "--reps",
+            "1",
+            "--size",
+            "256M",
+            "--backing",
+            b,
+            "--target",
+            "moafs,moafs@journal=writeback;dirty_max=1G",
+        ],
+        &json,
+    );
+    let names: Vec<&str> = v["results"][0]["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["target"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["moafs", "moafs@journal=writeback;dirty_max=1G"]);
+    std::fs::remove_file(&json).unwrap();
+    let out = Command::new(BIN)
+        .args(["bench", "--reps", "1", "--size", "256M", "--backing", b])
+        .args(["--target", "moafs@no_such_option=1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no_such_option") && !err.contains("panicked"),
+        "{err}"
+    );
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }
