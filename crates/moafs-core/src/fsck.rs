@@ -25,7 +25,107 @@ pub struct FsckReport {
     pub files: u64,
     pub directories: u64,
     pub used_blocks: u64,
+    /// Data layout of the regular files (Smith & Seltzer's layout score).
+    pub layout: Layout,
     pub summary: String,
+}
+
+/// Smith & Seltzer's layout score: of every file's data blocks but its first (files of one
+/// block left out), the share that directly follows the file's previous logical block on
+/// the device. 1 = every file contiguous.
+#[derive(Debug, Default, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Layout {
+    /// Files of two or more blocks.
+    pub files: u64,
+    /// Their blocks after the first.
+    pub blocks: u64,
+    /// Of those, the blocks right after their predecessor.
+    pub contiguous: u64,
+    /// `contiguous / blocks` (1 when there is nothing to score).
+    pub score: f64,
+}
+
+impl Layout {
+    /// Adds a file given as its mapped (logical index, block) pairs in logical order.
+    pub fn add_file(&mut self, map: &[(u64, u64)]) {
+        if map.len() < 2 {
+            return;
+        }
+        self.files += 1;
+        self.blocks += map.len() as u64 - 1;
+        self.contiguous += map
+            .windows(2)
+            .filter(|w| w[1].0 == w[0].0 + 1 && w[1].1 == w[0].1 + 1)
+            .count() as u64;
+    }
+
+    fn finish(&mut self) {
+        self.score = if self.blocks == 0 {
+            1.0
+        } else {
+            self.contiguous as f64 / self.blocks as f64
+        };
+    }
+}
+
+/// Free space as runs of free data blocks: how many runs of each size (power-of-two
+/// buckets: `1`, `2-3`, `4-7` …) and the largest.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct FreeRuns {
+    pub free_blocks: u64,
+    pub runs: u64,
+    pub largest: u64,
+    /// (smallest size of the bucket, runs in it), buckets with runs only.
+    pub histogram: Vec<(u64, u64)>,
+}
+
+/// Free runs of one group's bitmap (bit set = used), data area `[from, to)`.
+pub fn free_runs_in(bitmap: &[u8], from: u64, to: u64, acc: &mut FreeRuns) {
+    let mut i = from;
+    while i < to {
+        if crate::fs::alloc_bit(bitmap, i) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < to && !crate::fs::alloc_bit(bitmap, i) {
+            i += 1;
+        }
+        let len = i - start;
+        acc.free_blocks += len;
+        acc.runs += 1;
+        acc.largest = acc.largest.max(len);
+        let bucket = 1u64 << (63 - len.leading_zeros());
+        match acc.histogram.iter_mut().find(|(b, _)| *b == bucket) {
+            Some(e) => e.1 += 1,
+            None => {
+                acc.histogram.push((bucket, 1));
+                acc.histogram.sort_unstable();
+            }
+        }
+    }
+}
+
+/// The layout score of the files and the free-run histogram of `dev` (read only; a journal
+/// that needs recovery is read as replayed).
+pub fn layout(dev: &dyn BlockDevice) -> FsResult<(Layout, FreeRuns)> {
+    let report = fsck(dev, false)?;
+    let sb = read_superblock(dev)?;
+    let geo = Geometry::from_superblock(&sb);
+    let bs = geo.block_size as u64;
+    let mut free = FreeRuns::default();
+    for g in 0..geo.group_count {
+        let mut bm = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
+        dev.read_at(geo.bitmap_block(g) * bs, &mut bm)?;
+        // metadata blocks (and the journal, in group 0) are marked used in the bitmap
+        free_runs_in(
+            &bm,
+            geo.meta_blocks() as u64,
+            geo.group_len(g) as u64,
+            &mut free,
+        );
+    }
+    Ok((report.layout, free))
 }
 
 impl FsckReport {
@@ -60,6 +160,7 @@ struct Checker<'a> {
     journal: std::ops::Range<u64>,
     /// What `fsck -y` will change besides the derived state.
     fixes: Vec<Fix>,
+    layout: Layout,
 }
 
 /// A structural repair `rebuild` applies. Where a directory block sits: (dir, index, block).
@@ -327,7 +428,11 @@ impl Checker<'_> {
             *self.links.entry(dir).or_default() += 1; // its ".."
             queue.push_back(ino);
         } else {
-            self.map_blocks(ino, &d)?;
+            let mut map = self.map_blocks(ino, &d)?;
+            map.sort_unstable();
+            if d.mode & libc::S_IFMT == libc::S_IFREG {
+                self.layout.add_file(&map);
+            }
             let n = self.claimed_for_inode;
             self.xattrs(ino, &d)?;
             self.check_inode_fields(ino, &d, n);
@@ -413,6 +518,7 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         claimed_for_inode: 0,
         journal: sb.journal_range(),
         fixes: Vec::new(),
+        layout: Layout::default(),
     };
     let mut bitmaps = Vec::new();
     for g in 0..geo.group_count {
@@ -506,6 +612,8 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         .filter(|d| d.mode & libc::S_IFMT == libc::S_IFDIR)
         .count() as u64;
     report.files = ck.files_count;
+    ck.layout.finish();
+    report.layout = ck.layout;
     if repair && !found.is_empty() {
         let fixable = found.iter().all(|f| is_fixable(f));
         if fixable {

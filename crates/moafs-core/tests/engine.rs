@@ -521,3 +521,53 @@ fn drop_caches_writes_back_and_the_next_reads_come_from_the_device() {
     fs.unmount().unwrap();
     fsck_clean(&dev);
 }
+
+#[test]
+fn layout_score_and_free_runs() {
+    use moafs_core::fsck::{free_runs_in, layout, FreeRuns, Layout};
+    // known values
+    let mut l = Layout::default();
+    l.add_file(&[(0, 10), (1, 11), (2, 12)]); // contiguous: 2 of 2
+    l.add_file(&[(0, 10), (1, 20), (2, 21)]); // 1 of 2
+    l.add_file(&[(0, 30), (2, 32)]); // a hole between: 0 of 1
+    l.add_file(&[(0, 40)]); // one block: not scored
+    assert_eq!((l.files, l.blocks, l.contiguous), (3, 5, 3));
+    // bitmap 0b1110_0100 0b0000_0001 ... : free runs in [0, 16)
+    let mut f = FreeRuns::default();
+    free_runs_in(&[0b1110_0100, 0b0000_0001], 0, 16, &mut f);
+    // free: 0,1 | 3,4 | 9..15 (bit 8 used)
+    assert_eq!((f.runs, f.free_blocks, f.largest), (3, 11, 7));
+    assert_eq!(f.histogram, vec![(2, 2), (4, 1)]);
+
+    // on a file system: one file written at once is contiguous; two files grown in turns,
+    // each step committed, interleave on the device
+    let dev = new_dev(64 << 20);
+    let fs = mount(&dev);
+    let whole = fs.create(ROOT_INO, b"whole", 0o644, ME).unwrap().ino;
+    fs.write(whole, 0, &vec![7u8; 10 * 4096]).unwrap();
+    fs.sync().unwrap();
+    fs.unmount().unwrap();
+    let (l, free) = layout(dev.as_ref()).unwrap();
+    assert_eq!((l.files, l.blocks, l.contiguous), (1, 9, 9));
+    assert_eq!(l.score, 1.0);
+    assert!(free.free_blocks > 0 && free.largest > 0);
+    let fs = mount(&dev);
+    let a = fs.create(ROOT_INO, b"a", 0o644, ME).unwrap().ino;
+    let b = fs.create(ROOT_INO, b"b", 0o644, ME).unwrap().ino;
+    for i in 0..8u64 {
+        fs.write(a, i * 4096, &[1u8; 4096]).unwrap();
+        fs.sync().unwrap();
+        fs.write(b, i * 4096, &[2u8; 4096]).unwrap();
+        fs.sync().unwrap();
+    }
+    fs.unmount().unwrap();
+    let (l2, free2) = layout(dev.as_ref()).unwrap();
+    assert_eq!(l2.files, 3);
+    assert!(l2.score < 1.0 && l2.contiguous < l2.blocks, "{l2:?}");
+    assert_eq!(
+        free2.free_blocks + 16,
+        free.free_blocks,
+        "16 more blocks in use"
+    );
+    fsck_clean(&dev);
+}

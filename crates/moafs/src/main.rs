@@ -169,6 +169,10 @@ struct InspectArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Also the layout score of the files (Smith & Seltzer) and a histogram of free runs
+    /// (reads every inode: slower).
+    #[arg(long)]
+    layout: bool,
     image: PathBuf,
 }
 
@@ -1135,12 +1139,47 @@ fn cmd_inspect(a: &InspectArgs) -> Result<(), String> {
     )
     .map_err(|e| dev_error(&a.image, e))?;
     let rep = moafs_core::fsck::inspect(&dev).map_err(|e| fs_error(&a.image, e))?;
+    let mut v = serde_json::to_value(&rep).map_err(|e| e.to_string())?;
+    let layout = if a.layout {
+        let (l, free) = moafs_core::fsck::layout(&dev).map_err(|e| fs_error(&a.image, e))?;
+        v["layout"] = serde_json::to_value(l).map_err(|e| e.to_string())?;
+        v["free_runs"] = serde_json::to_value(&free).map_err(|e| e.to_string())?;
+        Some((l, free))
+    } else {
+        None
+    };
     if a.json {
-        let s = serde_json::to_string_pretty(&rep).map_err(|e| e.to_string())?;
+        let s = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
         say!("{s}");
         return Ok(());
     }
-    let v = serde_json::to_value(&rep).map_err(|e| e.to_string())?;
+    if let (Some(map), Some((l, free))) = (v.as_object_mut(), &layout) {
+        map.remove("layout");
+        map.remove("free_runs");
+        print_human(&v);
+        say!(
+            "layout score: {:.3} ({} of {} blocks after their predecessor, {} files of 2+ blocks)",
+            l.score,
+            l.contiguous,
+            l.blocks,
+            l.files
+        );
+        say!(
+            "free runs: {} runs, {} free blocks, largest {} blocks",
+            free.runs,
+            free.free_blocks,
+            free.largest
+        );
+        for (low, n) in &free.histogram {
+            let shown = if *low == 1 {
+                "1".to_string()
+            } else {
+                format!("{low}-{}", low * 2 - 1)
+            };
+            say!("  {shown:>14} blocks: {n} runs");
+        }
+        return Ok(());
+    }
     print_human(&v);
     Ok(())
 }

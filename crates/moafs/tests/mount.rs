@@ -595,6 +595,9 @@ fn garbage_image_is_rejected_cleanly() {
     let out = moafs(&["inspect", p(&img)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!text(&out.stderr).contains("panicked"));
+    let out = moafs(&["inspect", "--layout", p(&img)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stderr).contains("panicked"));
     // A file too small to hold a superblock.
     fs::write(&img, b"tiny").unwrap();
     let out = moafs(&["mount", p(&img), p(&mnt)]);
@@ -998,4 +1001,29 @@ fn output_into_a_closed_pipe_is_not_a_panic() {
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
         assert!(out.status.success(), "{args:?}: {:?} {err}", out.status);
     }
+}
+
+#[test]
+fn inspect_layout_reports_score_and_free_runs() {
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "16M");
+    let out = moafs(&["inspect", "--layout", "--json", p(&img)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // an empty file system: nothing to score, all data blocks free in large runs
+    assert_eq!(v["layout"]["files"], 0);
+    assert_eq!(v["layout"]["score"], 1.0);
+    let free = &v["free_runs"];
+    assert_eq!(
+        free["free_blocks"], v["free_blocks"],
+        "bitmaps agree with the headers"
+    );
+    assert!(free["largest"].as_u64().unwrap() > 1000);
+    let out = moafs(&["inspect", "--layout", p(&img)]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("layout score: 1.000") && t.contains("free runs:"),
+        "{t}"
+    );
 }

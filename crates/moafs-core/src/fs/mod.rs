@@ -12,6 +12,7 @@
 //! 2-core target; finer locking is future work.
 
 mod alloc;
+pub(crate) use alloc::bit as alloc_bit;
 mod commit;
 mod data;
 mod dir;
