@@ -326,12 +326,14 @@ pub fn run_with(
     between()?;
 
     let set = Mutex::new(set);
+    // a thread that fails stops the others at their next loop (the error is reported)
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(cfg.duration_secs.max(0.0));
     let tallies: Vec<io::Result<Tally>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..cfg.threads)
             .map(|t| {
-                let (set, paths, size_of, data) = (&set, &paths, &size_of, &data);
+                let (set, paths, size_of, data, failed) = (&set, &paths, &size_of, &data, &failed);
                 s.spawn(move || {
                     let seed = cfg.seed ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                     let mut w = Worker {
@@ -346,8 +348,12 @@ pub fn run_with(
                         log: None,
                         buf: vec![0u8; cfg.iosize],
                         tally: Tally::default(),
+                        failed,
                     };
                     let res = w.run(deadline);
+                    if res.is_err() {
+                        failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     w.close_all();
                     res.map(|()| w.tally)
                 })
@@ -409,6 +415,8 @@ struct Worker<'a> {
     log: Option<Fh>,
     buf: Vec<u8>,
     tally: Tally,
+    /// Set by a thread that failed.
+    failed: &'a std::sync::atomic::AtomicBool,
 }
 
 impl Worker<'_> {
@@ -416,6 +424,9 @@ impl Worker<'_> {
         while Instant::now() < deadline {
             if crate::interrupted() {
                 return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+            }
+            if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(());
             }
             let mut skipping = false;
             for &op in &self.cfg.flowops {

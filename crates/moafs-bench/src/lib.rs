@@ -152,6 +152,8 @@ fn run_once(
     let other = hygiene.watch.map(hygiene::other_disk_activity);
     let dropped = hygiene.cache == CacheState::Dropped;
     let job: RefCell<Option<BackgroundJob>> = RefCell::new(None);
+    // CPU is counted from the measured phase's start (after the drop, before the job)
+    let before = RefCell::new(procstat::before(t.daemon_pid()));
     let start_background = || -> io::Result<()> {
         if let (Some(dir), true) = (&dir, hygiene.background != Background::None) {
             let fsync = hygiene.background == Background::WriteFsync;
@@ -164,19 +166,20 @@ fn run_once(
     let between = || {
         if dropped {
             t.sync()?;
-            t.drop_own_cache()?;
+            // the kernel first: its FORGETs let moafs drop idle inodes too
             hygiene::drop_caches()?;
+            t.drop_own_cache()?;
         }
+        *before.borrow_mut() = procstat::before(t.daemon_pid());
         start_background()
     };
-    let before = procstat::before(t.daemon_pid());
     let outcome = if matches!(spec, Spec::Postmark(_)) {
         between()?;
         spec.run(t.as_ref(), &|| Ok(()))
     } else {
         spec.run(t.as_ref(), &between)
     };
-    let cost = procstat::after(&before);
+    let cost = procstat::after(&before.borrow());
     let background_files = match job.into_inner() {
         Some(j) => Some(j.stop()?),
         None => None,
@@ -185,12 +188,16 @@ fn run_once(
     let device = t.finish()?;
     let engine = t.counters();
     let ops = outcome.operations();
+    // Device counters cover the whole mount: with pollution runs or a background writer on
+    // the same device, bytes per workload operation would be wrong, so none is given.
+    let per_op_valid =
+        hygiene.cache != CacheState::Polluted && hygiene.background == Background::None;
     Ok((
         name,
         Run {
             rep,
             device_bytes_written_per_op: device
-                .filter(|_| ops > 0)
+                .filter(|_| ops > 0 && per_op_valid)
                 .map(|d| d.write_bytes as f64 / ops as f64),
             outcome,
             engine,
@@ -286,6 +293,9 @@ pub fn run_columns(
     let mut runs: Vec<(String, Vec<Run>)> = vec![(String::new(), Vec::new()); columns.len()];
     for rep in 1..=reps.max(1) {
         for (c, slot) in columns.iter().zip(runs.iter_mut()) {
+            if interrupted() {
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+            }
             let (name, run) = run_once(rep, spec, &c.hygiene, make(c.target, rep)?)?;
             let name = format!("{name}{}", c.label);
             progress(&name, rep, &run);

@@ -146,8 +146,14 @@ fn run(cmd: &mut Command) -> io::Result<String> {
 
 /// Whether `dir` is a mount point (listed in /proc/self/mountinfo).
 pub fn is_mounted(dir: &Path) -> bool {
-    let Ok(canon) = dir.canonicalize() else {
-        return false;
+    // canonicalize() fails with ENOTCONN on a FUSE mount whose daemon died: resolve the
+    // parent instead, which is still a plain directory
+    let canon = match dir.canonicalize() {
+        Ok(c) => c,
+        Err(_) => match (dir.parent().map(Path::canonicalize), dir.file_name()) {
+            (Some(Ok(parent)), Some(name)) => parent.join(name),
+            _ => return false,
+        },
     };
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;

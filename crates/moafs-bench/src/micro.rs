@@ -123,7 +123,7 @@ pub fn small_writes(
                     let slots = cfg.file_size / cfg.io as u64;
                     for _ in 0..cfg.writes {
                         let at = rng.gen_range(0..slots) * cfg.io as u64;
-                        let from = rng.gen_range(0..data.len() - cfg.io);
+                        let from = rng.gen_range(0..=data.len() - cfg.io);
                         t.write_at(&fh, at, &data[from..from + cfg.io])?;
                     }
                     t.close(fh)

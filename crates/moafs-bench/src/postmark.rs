@@ -3,7 +3,7 @@
 //! then `transactions` pairs of (read the whole file | append) and (create | delete), each
 //! chosen with the biases (out of 10) on a random existing file; then delete everything.
 //! No fsync. Our reading of "append": a uniform length in [1, high] written at the end of the
-//! file, in `write_block` pieces.
+//! file, in `write_block` pieces (R-FSL: a length drawn from the real size distribution).
 
 use crate::target::{append_file, create_file, read_file, Target};
 use rand::rngs::StdRng;
@@ -185,7 +185,12 @@ pub fn run(target: &dyn Target, cfg: &PostmarkConfig) -> io::Result<PostmarkResu
                 c.bytes_read += read_file(target, &live[i], cfg.read_block)?;
                 c.reads += 1;
             } else {
-                let len = rng.gen_range(1..=cfg.size_high);
+                // FSL: uniform in [1, high]; R-FSL: from the same real distribution as the
+                // files (uniform up to 1 MiB would append ~12 GiB per run)
+                let len = match cfg.sizes {
+                    Sizes::Uniform => rng.gen_range(1..=cfg.size_high),
+                    Sizes::Real => real_size(&mut rng).min(cfg.size_high),
+                };
                 append_file(target, &live[i], &data[..len], cfg.write_block)?;
                 c.bytes_written += len as u64;
                 c.appends += 1;

@@ -71,7 +71,12 @@ pub fn run(
         }
         tx.commit().map_err(db_err)?;
     }
+    // closed and opened again around `between`, so SQLite's own page cache starts cold too
+    db.close().map_err(|(_, e)| db_err(e))?;
     between()?;
+    let db = rusqlite::Connection::open(&path).map_err(db_err)?;
+    db.execute_batch("PRAGMA synchronous=FULL;")
+        .map_err(db_err)?;
     let measured = Instant::now();
     {
         let mut upd = db

@@ -300,6 +300,14 @@ impl EngineTarget {
         &self.fs
     }
 
+    /// Fails once `moafs bench` was interrupted (Ctrl-C), so the run unwinds.
+    fn check() -> io::Result<()> {
+        if crate::interrupted() {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+        }
+        Ok(())
+    }
+
     fn ino(fh: &Fh) -> io::Result<(u64, bool)> {
         match fh.0 {
             Inner::Engine { ino, append } => Ok((ino, append)),
@@ -314,6 +322,7 @@ impl Target for EngineTarget {
     }
 
     fn mkdir(&self, path: &str) -> io::Result<()> {
+        Self::check()?;
         let (parent, name) = self.split(path)?;
         let a = self
             .fs
@@ -338,6 +347,7 @@ impl Target for EngineTarget {
     }
 
     fn remove(&self, path: &str) -> io::Result<()> {
+        Self::check()?;
         let (parent, name) = self.split(path)?;
         self.fs.unlink(parent, name.as_bytes()).map_err(engine_err)
     }
@@ -347,6 +357,7 @@ impl Target for EngineTarget {
     }
 
     fn open(&self, path: &str, mode: Mode) -> io::Result<Fh> {
+        Self::check()?;
         let ino = if mode == Mode::Create {
             let (parent, name) = self.split(path)?;
             match self.fs.create(parent, name.as_bytes(), 0o644, ROOT) {
@@ -385,6 +396,7 @@ impl Target for EngineTarget {
     }
 
     fn write_at(&self, fh: &Fh, off: u64, data: &[u8]) -> io::Result<()> {
+        Self::check()?;
         let (ino, append) = Self::ino(fh)?;
         let _one = append.then(|| self.append.lock().unwrap_or_else(|e| e.into_inner()));
         let mut at = if append {
@@ -408,6 +420,7 @@ impl Target for EngineTarget {
     }
 
     fn read_at(&self, fh: &Fh, off: u64, buf: &mut [u8]) -> io::Result<usize> {
+        Self::check()?;
         let (ino, _) = Self::ino(fh)?;
         self.fs.read_into(ino, off, buf).map_err(engine_err)
     }

@@ -224,6 +224,9 @@ pub fn run(
                     &format!("--size={}", cfg.total),
                     &format!("--number_ios={}", cfg.transactions),
                     &format!("--randseed={}", cfg.seed),
+                    // fio drops its files' pages before a run by default: leave the cache
+                    // state to the harness, as for every other workload
+                    "--invalidate=0",
                     "--output-format=json",
                 ]);
                 c.args(extra);

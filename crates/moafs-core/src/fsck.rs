@@ -111,12 +111,23 @@ pub fn free_runs_in(bitmap: &[u8], from: u64, to: u64, acc: &mut FreeRuns) {
 pub fn layout(dev: &dyn BlockDevice) -> FsResult<(Layout, FreeRuns)> {
     let report = fsck(dev, false)?;
     let sb = read_superblock(dev)?;
+    // the bitmaps as fsck saw them: through the journal's overlay when it needs replay
+    let replay = if sb.state != STATE_CLEAN && sb.has_journal() {
+        Some(crate::fs::journal::plan_replay(dev, &sb)?).filter(|r| r.transactions > 0)
+    } else {
+        None
+    };
+    let overlay = replay.map(|r| crate::device::OverlayDevice::new(dev, sb.block_size, r.blocks));
+    let view: &dyn BlockDevice = match &overlay {
+        Some(o) => o,
+        None => dev,
+    };
     let geo = Geometry::from_superblock(&sb);
     let bs = geo.block_size as u64;
     let mut free = FreeRuns::default();
     for g in 0..geo.group_count {
         let mut bm = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
-        dev.read_at(geo.bitmap_block(g) * bs, &mut bm)?;
+        view.read_at(geo.bitmap_block(g) * bs, &mut bm)?;
         // metadata blocks (and the journal, in group 0) are marked used in the bitmap
         free_runs_in(
             &bm,

@@ -518,6 +518,12 @@ fn drop_caches_writes_back_and_the_next_reads_come_from_the_device() {
     // reads do not fill the block cache (the kernel's page cache holds read data): nothing
     // is left to drop
     assert_eq!(fs.drop_caches().unwrap(), 0);
+    // an inode nobody holds leaves memory too, and comes back whole from the image
+    fs.forget(f, 1);
+    fs.drop_caches().unwrap();
+    let again = fs.lookup(ROOT_INO, b"f").unwrap();
+    assert_eq!((again.ino, again.size), (f, 100_000));
+    assert_eq!(fs.read(f, 0, 100_000).unwrap(), data);
     fs.unmount().unwrap();
     fsck_clean(&dev);
 }

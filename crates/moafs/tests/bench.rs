@@ -604,3 +604,35 @@ fn moafs_targets_take_mount_options_and_bad_ones_fail_cleanly() {
     );
     assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }
+
+#[test]
+fn ctrl_c_stops_an_engine_run_and_removes_its_image() {
+    let backing = tempfile::tempdir().unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "bench",
+            "--workload",
+            "postmark-fsl",
+            "--target",
+            "engine:file",
+        ])
+        .args(["--size", "512M", "--reps", "3", "--backing"])
+        .arg(backing.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(t0.elapsed().as_secs() < 20, "stopped promptly");
+    assert_eq!(std::fs::read_dir(backing.path()).unwrap().count(), 0);
+}

@@ -402,6 +402,12 @@ impl Inner {
         if self.inodes.len() < 100_000 {
             return;
         }
+        self.forget_all_idle_inodes();
+    }
+
+    /// Drops the in-memory state of every inode nobody references and nothing dirty holds
+    /// (it is read back from the image when needed).
+    pub(crate) fn forget_all_idle_inodes(&mut self) {
         self.inodes.retain(|ino, n| {
             *ino == super::ROOT_INO
                 || n.dirty

@@ -238,7 +238,6 @@ impl Inner {
             });
         }
         self.cached_blocks -= dropped;
-        self.counters.evictions += dropped;
         dropped
     }
 

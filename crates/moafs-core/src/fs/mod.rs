@@ -329,12 +329,15 @@ impl Fs {
     pub fn sync(&self) -> FsResult<()> {
         self.lock().commit_if_unsaved()
     }
-    /// Writes everything back and drops the block cache (benchmark scenario A: the next reads
-    /// come from the device). Returns the blocks dropped.
+    /// Writes everything back and drops the block cache and the in-memory state of idle
+    /// inodes (benchmark scenario A: the next reads come from the device). Returns the
+    /// blocks dropped.
     pub fn drop_caches(&self) -> FsResult<u64> {
         let mut g = self.lock();
         g.commit_if_unsaved()?;
-        Ok(g.drop_clean())
+        let n = g.drop_clean();
+        g.forget_all_idle_inodes();
+        Ok(n)
     }
     /// Periodic work: write back when the flush interval has passed. Returns whether it did.
     pub fn tick(&self) -> FsResult<bool> {
