@@ -2,6 +2,7 @@
 //! directory), native seeded workloads, and the statistics that keep comparisons honest.
 //! `moafs bench` is its command line.
 
+pub mod aging;
 pub mod filebench;
 pub mod html;
 pub mod hygiene;

@@ -42,6 +42,28 @@ enum Cmd {
     InstallHelpers(InstallArgs),
     /// Run a benchmark workload on a target, repeated, with mean and 95 % confidence interval.
     Bench(BenchArgs),
+    /// Age IMAGE (unmounted): a seeded create/grow/delete history until it is as full and as
+    /// fragmented (layout score) as asked.
+    Age(AgeArgs),
+}
+
+#[derive(Args, Debug)]
+struct AgeArgs {
+    /// Share of the free space to fill (0 .. 0.95).
+    #[arg(long, default_value_t = 0.5)]
+    utilisation: f64,
+    /// Layout score to reach (at most; Smith & Seltzer; 1 = contiguous).
+    #[arg(long, default_value_t = 0.8)]
+    layout: f64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Stop after this many steps even when the targets are not reached (exit 1).
+    #[arg(long, default_value_t = 2_000_000)]
+    max_steps: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    image: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -276,6 +298,7 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => report(cmd_inspect(&a)),
         Cmd::InstallHelpers(a) => report(cmd_install(&a)),
         Cmd::Bench(a) => report(cmd_bench(&a)),
+        Cmd::Age(a) => report(cmd_age(&a)),
     };
     ExitCode::from(code)
 }
@@ -615,6 +638,46 @@ fn print_reports(reports: &[moafs_bench::Report]) {
             say!("  {:10} {:6.2}x  {verdict}", c.target, c.ratio_to_baseline);
         }
     }
+}
+
+fn cmd_age(a: &AgeArgs) -> Result<(), String> {
+    let dev = FileDevice::open(&a.image, FileDeviceOptions::default())
+        .map_err(|e| dev_error(&a.image, e))?;
+    let dev: std::sync::Arc<dyn moafs_core::device::BlockDevice> = std::sync::Arc::new(dev);
+    let fs = Fs::mount(dev.clone(), moafs_core::fs::MountOptions::default())
+        .map_err(|e| fs_error(&a.image, e))?;
+    let cfg = moafs_bench::aging::AgingConfig {
+        utilisation: a.utilisation,
+        layout: a.layout,
+        max_steps: a.max_steps,
+        seed: a.seed,
+        ..Default::default()
+    };
+    let res = moafs_bench::aging::age(&fs, dev.as_ref(), &cfg);
+    let unmounted = fs.unmount().map_err(|e| fs_error(&a.image, e));
+    let res = res.map_err(|e| format!("{}: {e}", a.image.display()))?;
+    unmounted?;
+    if a.json {
+        let s = serde_json::to_string_pretty(&res).map_err(|e| e.to_string())?;
+        say!("{s}");
+    } else {
+        say!(
+            "aged in {} steps: {} files ({} deleted on the way), utilisation {:.3}, layout \
+             score {:.3}",
+            res.steps,
+            res.files,
+            res.files_deleted,
+            res.utilisation,
+            res.layout.score
+        );
+    }
+    if !res.reached {
+        return Err(format!(
+            "targets not reached in {} steps (utilisation {}, layout {})",
+            res.steps, a.utilisation, a.layout
+        ));
+    }
+    Ok(())
 }
 
 fn report(r: Result<(), String>) -> u8 {

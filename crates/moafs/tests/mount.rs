@@ -1027,3 +1027,36 @@ fn inspect_layout_reports_score_and_free_runs() {
         "{t}"
     );
 }
+
+#[test]
+fn age_fills_and_fragments_an_image_and_reports_failure_clearly() {
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "64M");
+    let out = moafs(&[
+        "age",
+        "--utilisation",
+        "0.3",
+        "--layout",
+        "0.9",
+        "--json",
+        p(&img),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reached"], true);
+    assert!(v["layout"]["score"].as_f64().unwrap() <= 0.9);
+    let (code, out) = fsck(&img);
+    assert_eq!(code, 0, "{out}");
+    // not reachable in 10 steps: exit 1 with a message; bad targets: exit 1
+    let out = moafs(&["age", "--max-steps", "10", p(&img)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("not reached"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = moafs(&["age", "--utilisation", "2", p(&img)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!text(&out.stderr).contains("panicked"));
+}
