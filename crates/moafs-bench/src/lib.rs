@@ -250,28 +250,6 @@ fn summarise(
     })
 }
 
-/// Runs `reps` repetitions on each of `targets` (made fresh by `make(target, rep)`), the
-/// targets taking turns within each repetition so that a noisy minute hits all of them, and
-/// summarises each target.
-pub fn run_interleaved(
-    workload_name: &str,
-    spec: &Spec,
-    reps: usize,
-    hygiene: &hygiene::Hygiene,
-    targets: usize,
-    make: impl FnMut(usize, usize) -> io::Result<Box<dyn target::Target>>,
-    progress: impl FnMut(&str, usize, &Run),
-) -> io::Result<Vec<Report>> {
-    let columns: Vec<Column> = (0..targets)
-        .map(|target| Column {
-            target,
-            hygiene: *hygiene,
-            label: String::new(),
-        })
-        .collect();
-    run_columns(workload_name, spec, reps, &columns, make, progress)
-}
-
 /// One compared column: a target (index for `make`) under a hygiene setting; `label` is
 /// appended to the target's name (e.g. " [C+bg-fsync]").
 #[derive(Debug, Clone)]
@@ -281,8 +259,10 @@ pub struct Column {
     pub label: String,
 }
 
-/// As [`run_interleaved`], each column with its own hygiene (paper 002's scenarios and
-/// background jobs compared within one run).
+/// Runs `reps` repetitions of every column (a target made fresh by `make(target, rep)`, under
+/// its own hygiene: paper 002's scenarios and background jobs compare within one run), the
+/// columns taking turns within each repetition so that a noisy minute hits all of them, and
+/// summarises each column.
 pub fn run_columns(
     workload_name: &str,
     spec: &Spec,
@@ -307,26 +287,6 @@ pub fn run_columns(
     runs.into_iter()
         .map(|(name, r)| summarise(workload_name, spec, name, r))
         .collect()
-}
-
-/// Runs `reps` repetitions, each on a fresh target made by `make`, and summarises them.
-pub fn run_reps(
-    workload_name: &str,
-    spec: &Spec,
-    reps: usize,
-    mut make: impl FnMut(usize) -> io::Result<Box<dyn target::Target>>,
-    mut progress: impl FnMut(usize, &Outcome),
-) -> io::Result<Report> {
-    let mut reports = run_interleaved(
-        workload_name,
-        spec,
-        reps,
-        &hygiene::Hygiene::default(),
-        1,
-        |_, rep| make(rep),
-        |_, rep, r| progress(rep, &r.outcome),
-    )?;
-    reports.pop().ok_or_else(|| io::Error::other("no report"))
 }
 
 /// How each target compares with the first (the baseline), on the headline rate.

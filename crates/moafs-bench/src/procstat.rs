@@ -147,9 +147,8 @@ mod tests {
         let c = parse_stat(text, 100.0).unwrap();
         assert_eq!((c.user_s, c.sys_s), (2.6, 0.8));
         assert!(parse_stat("garbage", 100.0).is_none());
-        // this process has used some CPU by now
-        let me = cpu(None).unwrap();
-        assert!(me.user_s + me.sys_s >= 0.0);
+        // this process's own line parses
+        assert!(cpu(None).is_some());
     }
 
     #[test]

@@ -333,19 +333,10 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
     })
 }
 
-/// `512`, `4k`, `8K`, `1m`: a positive I/O size of at most 64 MiB.
+/// `512`, `4k`, `8K`, `1m` (moafs's size syntax): a positive I/O size of at most 64 MiB.
 fn parse_io_size(s: &str) -> Option<usize> {
-    let t = s.trim().to_ascii_lowercase();
-    let (num, shift) = match t.strip_suffix('k') {
-        Some(n) => (n, 10),
-        None => match t.strip_suffix('m') {
-            Some(n) => (n, 20),
-            None => (t.as_str(), 0),
-        },
-    };
-    let v: usize = num.parse().ok()?;
-    let v = v.checked_shl(shift)?;
-    (1..=64 << 20).contains(&v).then_some(v)
+    let v = moafs_core::parse_size(s).ok()?;
+    (1..=64 << 20).contains(&v).then_some(v as usize)
 }
 
 /// A preset: workloads, each with its scale, and the run's repetitions and Filebench

@@ -27,6 +27,8 @@ pub struct FsckReport {
     pub used_blocks: u64,
     /// Data layout of the regular files (Smith & Seltzer's layout score).
     pub layout: Layout,
+    /// Free space as runs, from the block bitmaps as found.
+    pub free_runs: FreeRuns,
     pub summary: String,
 }
 
@@ -107,36 +109,10 @@ pub fn free_runs_in(bitmap: &[u8], from: u64, to: u64, acc: &mut FreeRuns) {
 }
 
 /// The layout score of the files and the free-run histogram of `dev` (read only; a journal
-/// that needs recovery is read as replayed).
+/// that needs recovery is read as replayed, as `fsck -n` does).
 pub fn layout(dev: &dyn BlockDevice) -> FsResult<(Layout, FreeRuns)> {
     let report = fsck(dev, false)?;
-    let sb = read_superblock(dev)?;
-    // the bitmaps as fsck saw them: through the journal's overlay when it needs replay
-    let replay = if sb.state != STATE_CLEAN && sb.has_journal() {
-        Some(crate::fs::journal::plan_replay(dev, &sb)?).filter(|r| r.transactions > 0)
-    } else {
-        None
-    };
-    let overlay = replay.map(|r| crate::device::OverlayDevice::new(dev, sb.block_size, r.blocks));
-    let view: &dyn BlockDevice = match &overlay {
-        Some(o) => o,
-        None => dev,
-    };
-    let geo = Geometry::from_superblock(&sb);
-    let bs = geo.block_size as u64;
-    let mut free = FreeRuns::default();
-    for g in 0..geo.group_count {
-        let mut bm = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
-        view.read_at(geo.bitmap_block(g) * bs, &mut bm)?;
-        // metadata blocks (and the journal, in group 0) are marked used in the bitmap
-        free_runs_in(
-            &bm,
-            geo.meta_blocks() as u64,
-            geo.group_len(g) as u64,
-            &mut free,
-        );
-    }
-    Ok((report.layout, free))
+    Ok((report.layout, report.free_runs))
 }
 
 impl FsckReport {
@@ -544,6 +520,13 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         let bs = geo.block_size as u64;
         let mut bm = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
         dev.read_at(geo.bitmap_block(g) * bs, &mut bm)?;
+        // metadata blocks (and the journal, in group 0) are marked used in the bitmap
+        free_runs_in(
+            &bm,
+            geo.meta_blocks() as u64,
+            geo.group_len(g) as u64,
+            &mut report.free_runs,
+        );
         let mut ibm = vec![0u8; (geo.ibitmap_blocks as u64 * bs) as usize];
         dev.read_at(geo.ibitmap_block(g) * bs, &mut ibm)?;
         if let Some(h) = &hdr {

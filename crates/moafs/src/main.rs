@@ -398,7 +398,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         Managed(ManagedOptions),
         Dir(PathBuf),
     }
-    let size = parse_size(&a.size)?;
+    let size = moafs_core::parse_size(&a.size)?;
     let mut specs = Vec::new();
     for name in a.target.split(',').map(str::trim) {
         specs.push(if let Some(dev) = EngineDevice::parse(name) {
@@ -690,26 +690,6 @@ fn report(r: Result<(), String>) -> u8 {
     }
 }
 
-/// Parses `1234`, `64K`, `10M`, `2G`, `1T` (also `KiB`/`KB`, any case).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?} (expected e.g. 4096, 64M, 2G)"))?;
-    let shift = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("invalid size {s:?} (unknown unit {unit:?})")),
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?} is too large"))
-}
-
 fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = bytes as f64;
@@ -755,7 +735,7 @@ fn fs_error(image: &Path, e: FsError) -> String {
 // mkfs
 
 fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
-    let size = a.size.as_deref().map(parse_size).transpose()?;
+    let size = a.size.as_deref().map(moafs_core::parse_size).transpose()?;
     match size {
         Some(s) => {
             if s < MIN_IMAGE_BYTES {
@@ -888,7 +868,7 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
     };
     let size = |k: &str, v: Option<&str>| -> Result<u64, String> {
         let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=SIZE)"))?;
-        parse_size(v).map_err(|e| format!("mount option {k}: {e}"))
+        moafs_core::parse_size(v).map_err(|e| format!("mount option {k}: {e}"))
     };
     let path = |k: &str, v: Option<&str>| -> Result<PathBuf, String> {
         match v {
@@ -1337,16 +1317,6 @@ fn cmd_install(a: &InstallArgs) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("8M").unwrap(), 8 << 20);
-        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
-        assert_eq!(parse_size("16KiB").unwrap(), 16 << 10);
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("").is_err());
-    }
 
     #[test]
     fn options() {
