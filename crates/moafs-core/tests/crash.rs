@@ -257,6 +257,26 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                 _ => vec![Op::Fsync(f)],
             }
         }
+        // Small files of one directory rewritten whole (co-writing moves them), some
+        // growing or shrinking, with fsyncs and syncs between.
+        "rewrite" => {
+            let names = ["d/a", "d/b", "d/c", "d/e"];
+            let f = names[rng.gen_range(0..names.len())].to_string();
+            if !m.names.contains_key(&f) {
+                let len = rng.gen_range(1..3 * BS);
+                return vec![Op::Create(f.clone()), Op::Write(f, 0, len, rng.gen())];
+            }
+            let len = m.data[&m.names[&f]].len();
+            match rng.gen_range(0..8) {
+                0 => vec![Op::Fsync(f)],
+                1 => vec![Op::Sync],
+                2 => {
+                    let new = rng.gen_range(1..4 * BS);
+                    vec![Op::Truncate(f.clone(), 0), Op::Write(f, 0, new, rng.gen())]
+                }
+                _ => vec![Op::Write(f, 0, len.max(1), rng.gen())],
+            }
+        }
         _ => unreachable!("unknown workload"),
     }
 }
@@ -419,8 +439,8 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, window: &[Tree], what: &str) {
     );
 }
 
-/// Runs one workload; returns the number of crash states checked.
-fn run(ctx: Ctx, ops: usize) -> u64 {
+/// Runs one workload; returns the number of crash states checked and the engine's counters.
+fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
     let mem = Arc::new(MemDevice::new(IMAGE));
     mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
     let fault = Arc::new(FaultDevice::new(
@@ -506,10 +526,11 @@ fn run(ctx: Ctx, ops: usize) -> u64 {
         step += 1;
     }
     *tap.hook.lock().unwrap() = None;
+    let counters = fs.counters();
     fs.unmount().expect("unmount");
     let final_image = fault.crash_image(CutMode::DropAll).expect("image");
     check_image(&ctx, final_image, &[m.tree()], "after unmount");
-    states.load(Ordering::Relaxed)
+    (states.load(Ordering::Relaxed), counters)
 }
 
 /// The model's half of `apply` (no engine): used to know the state after an operation.
@@ -573,17 +594,29 @@ fn seeds() -> u64 {
 
 fn run_all(name: &'static str, ops: usize) {
     let mut total = 0;
+    // Co-writing (on by default; not with journal=data): batches, and moved overwrites.
+    let (mut batches, mut moved) = (0, 0);
     for mode in [
         JournalMode::Ordered,
         JournalMode::Data,
         JournalMode::Writeback,
     ] {
         for seed in 0..seeds() {
-            total += run(Ctx { name, mode, seed }, ops);
+            let (states, c) = run(Ctx { name, mode, seed }, ops);
+            total += states;
+            batches += c.cowrite_batches;
+            moved += c.cowrite_relocated_blocks;
         }
     }
-    eprintln!("crash harness: workload {name}: {total} crash states checked");
+    eprintln!(
+        "crash harness: workload {name}: {total} crash states checked; \
+         {batches} co-writes, {moved} blocks moved by them"
+    );
     assert!(total > 0);
+    assert!(batches > 0, "co-writing was not exercised");
+    if ["mix", "postmark", "rewrite"].contains(&name) {
+        assert!(moved > 0, "no overwrite was moved by co-writing");
+    }
 }
 
 #[test]
@@ -599,6 +632,11 @@ fn crash_write_then_rename() {
 #[test]
 fn crash_sqlite_rollback_journal() {
     run_all("sqlite", 6);
+}
+
+#[test]
+fn crash_small_file_rewrites() {
+    run_all("rewrite", 40);
 }
 
 #[test]

@@ -152,7 +152,7 @@ struct MountArgs {
     #[arg(short = 'f')]
     foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
-    /// flush_interval_ms=, ro, direct,
+    /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, ro, direct,
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -888,6 +888,22 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
         match k {
             "cache_size" => p.engine.cache_bytes = size(k, v)?,
             "dirty_max" => p.engine.dirty_bytes_max = size(k, v)?,
+            "cowrite" => {
+                p.engine.cowrite = match v {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => return Err(format!("cowrite= takes on or off, not {v:?}")),
+                }
+            }
+            "cowrite_max" => {
+                let n = size(k, v)?;
+                if !(8 << 10..=4 << 20).contains(&n) {
+                    return Err(format!(
+                        "cowrite_max={n}: must be between 8K and 4M (2 to 256 blocks are used)"
+                    ));
+                }
+                p.engine.cowrite_max = n;
+            }
             "flush_interval_ms" => p.engine.flush_interval_ms = num(k, v)?,
             "journal" => {
                 p.engine.journal = v

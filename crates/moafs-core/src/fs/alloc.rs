@@ -9,7 +9,7 @@
 //! two-step rule.
 
 use crate::format::{Geometry, GroupHeader};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 pub(crate) struct Group {
     pub hdr: GroupHeader,
@@ -20,6 +20,114 @@ pub(crate) struct Group {
     pub inode_hint: u64,
     /// No free block below this group-relative index (a search hint; lowered on free).
     pub block_hint: u64,
+    /// The group's free extents, kept beside the bitmap (co-writing's run search).
+    pub runs: FreeRuns,
+}
+
+/// The free extents of one group (group-relative), indexed by start and by length, so that
+/// co-writing finds the largest free run of at most N blocks near a goal without scanning the
+/// bitmap: O(N log E) for E extents. Derived from the bitmap at mount and changed with it;
+/// blocks waiting in a pending free are not free here either.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct FreeRuns {
+    /// Lengths of N or more share one bucket.
+    cap: u64,
+    by_start: BTreeMap<u64, u64>,
+    /// (min(length, cap), start)
+    by_len: BTreeSet<(u64, u64)>,
+}
+
+impl FreeRuns {
+    /// The free extents of `bitmap` in `[from, to)`; lengths of `cap` or more share a bucket.
+    pub fn build(bitmap: &[u8], from: u64, to: u64, cap: u64) -> FreeRuns {
+        let mut r = FreeRuns {
+            cap: cap.max(2),
+            ..Default::default()
+        };
+        let mut i = from;
+        while let Some(s) = find_clear(bitmap, i, to) {
+            let e = find_set(bitmap, s, to).unwrap_or(to);
+            r.insert(s, e - s);
+            i = e;
+        }
+        r
+    }
+
+    fn bucket(&self, len: u64) -> u64 {
+        len.min(self.cap)
+    }
+
+    fn insert(&mut self, start: u64, len: u64) {
+        if len > 0 {
+            self.by_start.insert(start, len);
+            self.by_len.insert((self.bucket(len), start));
+        }
+    }
+
+    fn remove(&mut self, start: u64) -> Option<u64> {
+        let len = self.by_start.remove(&start)?;
+        self.by_len.remove(&(self.bucket(len), start));
+        Some(len)
+    }
+
+    /// `[start, start + n)` became allocated (it lies inside one free extent).
+    pub fn allocate(&mut self, start: u64, n: u64) {
+        let Some((&s, &l)) = self.by_start.range(..=start).next_back() else {
+            debug_assert!(false, "allocated blocks {start}+{n} not in a free extent");
+            return;
+        };
+        if start + n > s + l {
+            debug_assert!(false, "allocated blocks {start}+{n} beyond extent {s}+{l}");
+            return;
+        }
+        self.remove(s);
+        self.insert(s, start - s);
+        self.insert(start + n, s + l - start - n);
+    }
+
+    /// `[start, start + n)` became free: merged with its neighbours.
+    pub fn free(&mut self, start: u64, n: u64) {
+        let (mut s, mut e) = (start, start + n);
+        if let Some((&ps, &pl)) = self.by_start.range(..start).next_back() {
+            if ps + pl == start {
+                self.remove(ps);
+                s = ps;
+            }
+        }
+        if let Some(nl) = self.remove(e) {
+            e += nl;
+        }
+        self.insert(s, e - s);
+    }
+
+    /// A free run for `want` blocks near `goal`: the first run of at least `want` blocks
+    /// at or after `goal` (wrapping to the group's start); else the largest shorter run of at
+    /// least two blocks (the one nearest `goal` among equals). (start, length) of the whole run.
+    pub fn find(&self, want: u64, goal: u64) -> Option<(u64, u64)> {
+        let want = want.clamp(2, self.cap);
+        let nearest = |b: u64| -> Option<(u64, u64)> {
+            // (distance class: 0 at or after goal, 1 wrapped; start)
+            if let Some(&(_, s)) = self.by_len.range((b, goal)..=(b, u64::MAX)).next() {
+                return Some((0, s));
+            }
+            self.by_len
+                .range((b, 0)..(b, goal))
+                .next()
+                .map(|&(_, s)| (1, s))
+        };
+        let best = (want..=self.cap).filter_map(nearest).min();
+        let start = match best {
+            Some((_, s)) => s,
+            None => (2..want).rev().find_map(nearest)?.1,
+        };
+        Some((start, self.by_start[&start]))
+    }
+
+    /// Free extents (start, length) in address order.
+    #[cfg(test)]
+    pub fn extents(&self) -> Vec<(u64, u64)> {
+        self.by_start.iter().map(|(s, l)| (*s, *l)).collect()
+    }
 }
 
 pub(crate) fn bit(map: &[u8], i: u64) -> bool {
@@ -53,6 +161,27 @@ pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
             continue;
         }
         if !bit(map, i) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// First set bit in `[from, to)`.
+pub(crate) fn find_set(map: &[u8], from: u64, to: u64) -> Option<u64> {
+    let mut i = from;
+    while i < to {
+        if i.is_multiple_of(64) && i + 64 <= to {
+            let at = (i / 8) as usize;
+            let word = u64::from_le_bytes(map[at..at + 8].try_into().unwrap_or([0xff; 8]));
+            if word == 0 {
+                i += 64;
+                continue;
+            }
+            return Some(i + word.trailing_zeros() as u64);
+        }
+        if bit(map, i) {
             return Some(i);
         }
         i += 1;
@@ -189,7 +318,34 @@ impl Allocator {
         }
         grp.hdr.free_blocks -= n as u32;
         grp.dirty = true;
+        grp.runs.allocate(first, n);
         Some((self.geo.group_start(g) + first, n))
+    }
+
+    /// A free run of the group for `want` blocks near `goal` (absolute block numbers), as
+    /// `FreeRuns::find`; nothing is allocated.
+    pub fn find_run(&self, g: u32, want: u64, goal: u64) -> Option<(u64, u64)> {
+        let start = self.geo.group_start(g);
+        let rel = goal.saturating_sub(start);
+        self.groups[g as usize]
+            .runs
+            .find(want, rel)
+            .map(|(s, l)| (start + s, l))
+    }
+
+    /// Allocates exactly `[first, first + n)`, which `find_run` returned free.
+    pub fn alloc_exact(&mut self, first: u64, n: u64) {
+        let geo = self.geo;
+        let g = geo.group_of_block(first);
+        let rel = first - geo.group_start(g);
+        let grp = &mut self.groups[g as usize];
+        for i in rel..rel + n {
+            debug_assert!(!bit(&grp.bitmap, i), "block {} not free", first + i - rel);
+            set_bit(&mut grp.bitmap, i, true);
+        }
+        grp.hdr.free_blocks -= n as u32;
+        grp.dirty = true;
+        grp.runs.allocate(rel, n);
     }
 
     /// Queues blocks for freeing (see the module comment).
@@ -244,6 +400,7 @@ impl Allocator {
                     set_bit(&mut grp.bitmap, i, false);
                     grp.block_hint = grp.block_hint.min(i);
                     grp.hdr.free_blocks += 1;
+                    grp.runs.free(i, 1);
                 } else {
                     log::error!("block {b} freed twice");
                 }
@@ -307,5 +464,82 @@ impl Allocator {
         let g = self.geo.group_of_inode(ino) as usize;
         self.groups[g].hdr.dirs = self.groups[g].hdr.dirs.saturating_sub(1);
         self.groups[g].dirty = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn map_with(used: &[u64], len: u64) -> Vec<u8> {
+        let mut m = vec![0u8; len.div_ceil(8) as usize + 8];
+        for &u in used {
+            set_bit(&mut m, u, true);
+        }
+        m
+    }
+
+    #[test]
+    fn free_runs_follow_a_random_bitmap() {
+        let len = 700;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let mut map = map_with(&[], len);
+        let mut runs = FreeRuns::build(&map, 3, len, 8);
+        for i in 0..3 {
+            set_bit(&mut map, i, true);
+        }
+        for step in 0..4000 {
+            let at = rng.gen_range(3..len);
+            let n = rng.gen_range(1..6).min(len - at);
+            let all_free = (at..at + n).all(|i| !bit(&map, i));
+            let all_used = (at..at + n).all(|i| bit(&map, i));
+            if all_free {
+                (at..at + n).for_each(|i| set_bit(&mut map, i, true));
+                runs.allocate(at, n);
+            } else if all_used {
+                (at..at + n).for_each(|i| set_bit(&mut map, i, false));
+                runs.free(at, n);
+            }
+            let want = FreeRuns::build(&map, 3, len, 8);
+            assert_eq!(runs.extents(), want.extents(), "step {step}");
+            assert_eq!(runs.by_len, want.by_len, "step {step}");
+        }
+    }
+
+    #[test]
+    fn find_prefers_a_whole_run_near_the_goal_then_the_largest_shorter_one() {
+        // Free: [10,13) (3), [20,22) (2), [30,31) (1), [40,60) (20); N = 8.
+        let len = 64;
+        let used: Vec<u64> = (0..len)
+            .filter(|i| {
+                !((10..13).contains(i) || (20..22).contains(i) || *i == 30 || (40..60).contains(i))
+            })
+            .collect();
+        let runs = FreeRuns::build(&map_with(&used, len), 0, len, 8);
+        // Whole runs for 2 blocks at or after the goal, wrapping to the start.
+        assert_eq!(runs.find(2, 0), Some((10, 3)));
+        assert_eq!(runs.find(2, 11), Some((20, 2)));
+        assert_eq!(runs.find(2, 21), Some((40, 20)));
+        assert_eq!(runs.find(3, 61), Some((10, 3)));
+        // 8 (N) only fits the big run; more than N asks for N.
+        assert_eq!(runs.find(8, 0), Some((40, 20)));
+        assert_eq!(runs.find(100, 45), Some((40, 20)));
+        // One block asks for two (a single free block is not a co-write).
+        assert_eq!(runs.find(1, 0), Some((10, 3)));
+        // Without the big run: 5 blocks fall back to the largest shorter run, 3.
+        let mut small = runs.clone();
+        small.allocate(40, 20);
+        assert_eq!(small.find(5, 0), Some((10, 3)));
+        assert_eq!(small.find(5, 15), Some((10, 3)));
+        small.allocate(10, 3);
+        assert_eq!(small.find(5, 0), Some((20, 2)));
+        small.allocate(20, 2);
+        assert_eq!(small.find(5, 0), None, "only a single free block is left");
+        // Freeing merges with both neighbours.
+        small.free(20, 1);
+        small.free(22, 8);
+        small.free(21, 1);
+        assert_eq!(small.extents(), vec![(20, 11)]);
     }
 }

@@ -1,6 +1,8 @@
 //! Write-back and commit: the only place where disk addresses are chosen and metadata written.
 //!
-//! Order of a commit: (1) file data, allocating addresses for blocks that have none, written
+//! Order of a commit: (1) file data: first the dirty small files co-written by directory
+//! (`cowrite.rs`), then every other dirty file on its own in the order files became dirty,
+//! allocating addresses for blocks that have none, written
 //! in place or added to the transaction (`journal=data`: all of it; `journal=ordered`:
 //! overwrites of blocks already on disk; see `write_runs`);
 //! (2) in `ordered` mode, a flush, so that no metadata can point at unwritten data; (3) the
@@ -80,7 +82,20 @@ impl Inner {
             _ => 0,
         };
         let data_before = self.counters.data_blocks_written;
-        // In inode order: deterministic (a crash test replays exactly) and close to creation order.
+        if self.opts.journal != JournalMode::Data {
+            // journal=data carries file data in the transaction instead.
+            self.cowrite_dirs()?;
+        } else {
+            self.cw_dirty.clear();
+        }
+        // Files left (all of them with cowrite=off), each with its own requests, in the order
+        // they became dirty: FFS's per-file write-back, the baseline of co-writing.
+        for ino in std::mem::take(&mut self.dirty_order) {
+            if self.inodes.get(&ino).is_some_and(|n| n.dirty_blocks > 0) {
+                self.write_back_file(ino)?;
+            }
+        }
+        // Then in inode order (deterministic: a crash test replays exactly).
         let mut inos: Vec<u64> = self.inodes.keys().copied().collect();
         inos.sort_unstable();
         for &ino in &inos {
@@ -104,12 +119,14 @@ impl Inner {
         self.write_superblocks()?;
         let order_data = match self.opts.journal {
             JournalMode::Ordered => true,
-            // Like ext4's auto_da_alloc: replacing a file by rename orders the data anyway.
-            JournalMode::Writeback => self.replaced_by_rename,
+            // Like ext4's auto_da_alloc: replacing a file by rename orders the data anyway;
+            // so does co-writing when it moved overwritten data.
+            JournalMode::Writeback => self.replaced_by_rename || self.order_data_once,
             // Data past the transaction's share is written in place: ordered, as above.
             JournalMode::Data => true,
         };
         self.replaced_by_rename = false;
+        self.order_data_once = false;
         if order_data && self.journal.is_some() && self.counters.data_blocks_written > data_before {
             // Data in place before any metadata that points at it.
             self.flush_dev()?;

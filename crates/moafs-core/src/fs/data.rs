@@ -12,7 +12,7 @@ use crate::error::{FsError, FsResult};
 
 impl Inner {
     /// Blocks that may still be promised to new dirty data.
-    fn avail_for_reservation(&self) -> u64 {
+    pub(super) fn avail_for_reservation(&self) -> u64 {
         let free = self.alloc.free_blocks();
         // Keep room for deeper indirect blocks (one per pointer block of new data) and slack.
         let slack = self.reserved / 256 + 16;
@@ -116,7 +116,14 @@ impl Inner {
         );
         if !was_dirty {
             node.dirty_blocks += 1;
+            let first_dirty = (node.dirty_blocks == 1).then_some(node.parent_hint);
             self.dirty_blocks += 1;
+            if let Some(dir) = first_dirty {
+                self.dirty_order.push(ino);
+                if self.opts.cowrite {
+                    self.cw_dirty.entry(dir).or_default().push(ino);
+                }
+            }
         }
         if !was_cached {
             self.cached_blocks += 1;

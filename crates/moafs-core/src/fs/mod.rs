@@ -14,6 +14,7 @@
 mod alloc;
 pub(crate) use alloc::bit as alloc_bit;
 mod commit;
+mod cowrite;
 mod data;
 mod dir;
 pub mod journal;
@@ -66,6 +67,17 @@ pub(crate) struct Inner {
     pub meta_reserved: u64,
     /// A rename replaced a file since the last commit (see `commit_inner`).
     pub replaced_by_rename: bool,
+    /// Files in the order they became dirty since the last commit (an entry may be stale):
+    /// per-file write-back follows it, as FFS's syncer does.
+    pub dirty_order: Vec<u64>,
+    /// Co-writing's dirty-file lists: directory → files that became dirty since the last
+    /// commit (an entry may be stale: the file was truncated, removed or grew large since).
+    pub cw_dirty: HashMap<u64, Vec<u64>>,
+    /// Where the next co-write of a directory looks for free space (after its last one).
+    pub cw_goal: HashMap<u64, u64>,
+    /// Co-writing moved overwritten data since the last commit: order data before metadata
+    /// in this commit whatever the journal mode.
+    pub order_data_once: bool,
 }
 
 /// A mounted moafs.
@@ -117,7 +129,7 @@ impl Fs {
                 ),
             ));
         }
-        let groups = load_groups(dev.as_ref(), &geo)?;
+        let groups = load_groups(dev.as_ref(), &geo, opts.cowrite_blocks(geo.block_size))?;
         let mut inner = Inner {
             dev,
             sb: sb.clone(),
@@ -133,6 +145,10 @@ impl Fs {
             txn: Vec::new(),
             txn_data_budget: 0,
             replaced_by_rename: false,
+            cw_dirty: HashMap::new(),
+            dirty_order: Vec::new(),
+            cw_goal: HashMap::new(),
+            order_data_once: false,
             meta_reserved: 0,
             inodes: HashMap::new(),
             itable: HashMap::new(),
@@ -199,6 +215,10 @@ impl Fs {
         let mut g = self.lock();
         let ino = g.lookup_name(parent, name)?;
         g.add_lookup(ino)?;
+        let node = g.inode(ino)?;
+        if !node.is_dir() {
+            node.parent_hint = parent;
+        }
         g.attr(ino)
     }
     /// The kernel drops `n` references taken by lookup-like replies.
@@ -325,6 +345,14 @@ impl Fs {
         g.inode(ino)?;
         g.commit_if_unsaved()
     }
+    /// The disk address of each block of a file up to its size (0: a hole or not yet
+    /// written back), for tests and `inspect`.
+    pub fn block_map(&self, ino: Ino) -> FsResult<Vec<u64>> {
+        let mut g = self.lock();
+        let bs = g.bs() as u64;
+        let size = g.inode(ino)?.d.size;
+        (0..size.div_ceil(bs)).map(|i| g.bmap(ino, i)).collect()
+    }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
         self.lock().commit_if_unsaved()
@@ -428,7 +456,8 @@ pub fn read_superblock(dev: &dyn BlockDevice) -> FsResult<Superblock> {
     }
 }
 
-fn load_groups(dev: &dyn BlockDevice, geo: &Geometry) -> FsResult<Vec<Group>> {
+/// Reads every group's header and bitmaps; `run_cap` is co-writing's N (free-run index).
+fn load_groups(dev: &dyn BlockDevice, geo: &Geometry, run_cap: u64) -> FsResult<Vec<Group>> {
     let bs = geo.block_size as u64;
     let mut groups = Vec::with_capacity(geo.group_count as usize);
     for g in 0..geo.group_count {
@@ -461,8 +490,15 @@ fn load_groups(dev: &dyn BlockDevice, geo: &Geometry) -> FsResult<Vec<Group>> {
                 "free counts exceed the group",
             ));
         }
+        let runs = alloc::FreeRuns::build(
+            &bitmap,
+            geo.meta_blocks() as u64,
+            geo.group_len(g) as u64,
+            run_cap,
+        );
         groups.push(Group {
             hdr,
+            runs,
             bitmap,
             ibitmap,
             dirty: false,

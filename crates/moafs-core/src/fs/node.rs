@@ -29,6 +29,9 @@ pub(crate) struct Inode {
     /// A metadata block (the single indirect block) is reserved for this inode until the
     /// next commit allocates it.
     pub meta_reserved: bool,
+    /// The directory this file was last created, linked, renamed or looked up in (0: not
+    /// known; in memory only): co-writing groups dirty small files by it.
+    pub parent_hint: u64,
 }
 
 impl Inode {
@@ -42,6 +45,7 @@ impl Inode {
             dirty_blocks: 0,
             dir: None,
             meta_reserved: false,
+            parent_hint: 0,
             xattrs: None,
             xattr_dirty: false,
         }

@@ -199,6 +199,7 @@ impl Inner {
         let mut node = Inode::new(d);
         node.dirty = true;
         node.lookups = self.opts.kernel_lookups as u64;
+        node.parent_hint = parent;
         if is_dir {
             node.dir = Some(Dir::new(DirBlock::capacity(self.bs() as u32)));
         }
@@ -342,6 +343,7 @@ impl Inner {
         if node.d.nlink == 0 {
             return Err(FsError::NotFound);
         }
+        node.parent_hint = newparent;
         let kind = FileKind::from_mode(node.d.mode)
             .ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
         if self.dir(newparent)?.get(newname).is_some() {
@@ -472,6 +474,9 @@ impl Inner {
 
     /// A directory moved from `from` to `to`: fix its ".." and both link counts.
     fn reparent(&mut self, ino: u64, is_dir: bool, from: u64, to: u64) -> FsResult<()> {
+        if !is_dir {
+            self.inode(ino)?.parent_hint = to;
+        }
         if !is_dir || from == to {
             return Ok(());
         }

@@ -199,6 +199,19 @@ pub struct MountOptions {
     pub kernel_times: bool,
     /// What the journal protects (images made without a journal ignore it).
     pub journal: JournalMode,
+    /// Co-writing (paper 000): at write-back, the dirty small files of a directory are written
+    /// together, one vectored request per free run of the directory's group. Off: each file
+    /// is written back on its own (the FFS baseline). Not used with `journal=data`.
+    pub cowrite: bool,
+    /// Largest co-write in bytes (N = this / block size, 2..=256 blocks).
+    pub cowrite_max: u64,
+}
+
+impl MountOptions {
+    /// Co-writing's N: the most blocks one co-write may take.
+    pub fn cowrite_blocks(&self, block_size: u32) -> u64 {
+        (self.cowrite_max / block_size.max(1) as u64).clamp(2, 256)
+    }
 }
 
 /// `-o journal=`: what a commit's transaction carries, as ext4's `data=` modes.
@@ -235,6 +248,8 @@ impl Default for MountOptions {
             kernel_lookups: false,
             kernel_times: false,
             journal: JournalMode::Ordered,
+            cowrite: true,
+            cowrite_max: 128 << 10,
         }
     }
 }
@@ -259,4 +274,15 @@ pub struct EngineCounters {
     pub journal_overflows: u64,
     /// fsync/sync calls that found nothing to commit (an earlier commit covered them).
     pub commits_skipped: u64,
+    /// Co-writes (one vectored request each), the small files and blocks they carried, and
+    /// of those blocks the ones that had an address before (relocated overwrites).
+    pub cowrite_batches: u64,
+    pub cowrite_files: u64,
+    pub cowrite_blocks: u64,
+    pub cowrite_relocated_blocks: u64,
+    /// Dirty small files co-writing could not place (no free run of two blocks, or not room
+    /// for them), written back on their own.
+    pub cowrite_fallback_files: u64,
+    /// CPU time (of the committing thread) spent choosing runs and files, in nanoseconds.
+    pub cowrite_choose_ns: u64,
 }

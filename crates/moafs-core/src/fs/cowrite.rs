@@ -1,0 +1,211 @@
+//! Co-writing (paper 000, CW-FFS): at write-back, the dirty small files of one directory go
+//! to disk together, in one vectored request per contiguous free run of the directory's
+//! allocation group.
+//!
+//! A *small file* has at most 12 blocks (the direct pointers). Only whole files are
+//! co-written: every block of the file is dirty (new, or entirely rewritten — the common
+//! case of small-file writes). For each directory, its files are bucketed by block count and
+//! taken smallest first; the run is the first free run of the group that holds all of them
+//! at or after the directory's last co-write, else the largest free run of at most N blocks
+//! (N = `cowrite_max` / block size), falling back N → 2 (`FreeRuns::find`); a batch is the
+//! prefix of the files that fits the run, and several batches follow while files and runs
+//! remain. Files that fit no run of two blocks are written back on their own afterwards.
+//!
+//! Overwritten files move (their data is written to the new run, never over the old blocks):
+//! the old blocks are freed with `free_later`, so they are reused only after the commit that
+//! makes the new pointers durable is on disk; until that commit, the old pointers still
+//! reach the old, intact data. Relocation takes free space only beyond what is promised to
+//! other dirty data (`reserved`), so it never makes a commit run out of space.
+
+use super::Inner;
+use crate::error::{FsError, FsResult};
+use crate::format::N_DIRECT;
+use nix::time::{clock_gettime, ClockId};
+
+/// A dirty small file ready to be co-written: (inode, blocks).
+type Candidate = (u64, u64);
+
+fn thread_cpu_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+impl Inner {
+    /// Co-writes the dirty small files of every directory that has some (see the module
+    /// comment). Files it does not place stay dirty for `write_back_file`.
+    pub(super) fn cowrite_dirs(&mut self) -> FsResult<()> {
+        let lists = std::mem::take(&mut self.cw_dirty);
+        if !self.opts.cowrite || lists.is_empty() {
+            return Ok(());
+        }
+        if self.cw_goal.len() > 100_000 {
+            self.cw_goal.clear();
+        }
+        let mut dirs: Vec<(u64, Vec<u64>)> = lists.into_iter().collect();
+        // Deterministic order: a crash test replays exactly.
+        dirs.sort_unstable_by_key(|d| d.0);
+        // Free blocks not promised to other dirty data (nor to the slack reservations
+        // keep): what relocation may take.
+        let mut spare = self.avail_for_reservation();
+        for (dir, files) in dirs {
+            self.cowrite_dir(dir, files, &mut spare)?;
+        }
+        Ok(())
+    }
+
+    /// The whole-file candidates among `files`, smallest first (bucketed by block count).
+    fn candidates(&self, files: Vec<u64>) -> Vec<Candidate> {
+        let bs = self.bs() as u64;
+        let mut buckets: Vec<Vec<u64>> = vec![Vec::new(); N_DIRECT + 1];
+        for ino in files {
+            let Some(node) = self.inodes.get(&ino) else {
+                continue; // forgotten since: nothing dirty
+            };
+            if node.dirty_blocks == 0 || node.kind_mode() != libc::S_IFREG {
+                continue;
+            }
+            let nb = node.d.size.div_ceil(bs);
+            if nb == 0 || nb > N_DIRECT as u64 || node.dirty_blocks != nb {
+                continue;
+            }
+            if node.cache.range(0..nb).filter(|(_, c)| c.dirty).count() as u64 != nb {
+                continue;
+            }
+            buckets[nb as usize].push(ino);
+        }
+        let mut out = Vec::new();
+        for (nb, mut b) in buckets.into_iter().enumerate() {
+            b.sort_unstable();
+            b.dedup(); // a file listed twice (dirty, cleaned by truncate, dirty again)
+            out.extend(b.into_iter().map(|ino| (ino, nb as u64)));
+        }
+        out
+    }
+
+    fn cowrite_dir(&mut self, dir: u64, files: Vec<u64>, spare: &mut u64) -> FsResult<()> {
+        let t0 = thread_cpu_ns();
+        let queue = self.candidates(files);
+        let mut choose_ns = thread_cpu_ns().saturating_sub(t0);
+        if queue.is_empty() {
+            self.counters.cowrite_choose_ns += choose_ns;
+            return Ok(());
+        }
+        let geo = self.alloc.geo;
+        // The directory's group; a file whose directory is not known uses its own inode's.
+        let group = geo.group_of_inode(if dir != 0 { dir } else { queue[0].0 });
+        let n_max = self.opts.cowrite_blocks(geo.block_size);
+        let mut goal = self
+            .cw_goal
+            .get(&dir)
+            .copied()
+            .unwrap_or(geo.group_start(group) + geo.meta_blocks() as u64);
+        let mut next = 0;
+        while next < queue.len() {
+            let t = thread_cpu_ns();
+            let total: u64 = queue[next..].iter().map(|c| c.1).sum();
+            let want = total.min(n_max);
+            let Some((start, len)) = self.alloc.find_run(group, want, goal) else {
+                choose_ns += thread_cpu_ns().saturating_sub(t);
+                break;
+            };
+            let room = len.min(want);
+            // Smallest first: the batch is the prefix of the queue that fits the run and
+            // whose relocated blocks the spare space covers.
+            let mut used = 0;
+            let mut end = next;
+            while end < queue.len() {
+                let (ino, nb) = queue[end];
+                let old = self.mapped_blocks(ino, nb)?;
+                if used + nb > room || old > *spare {
+                    break;
+                }
+                *spare -= old;
+                used += nb;
+                end += 1;
+            }
+            choose_ns += thread_cpu_ns().saturating_sub(t);
+            if end == next {
+                break; // the smallest file left fits no run
+            }
+            self.alloc.alloc_exact(start, used);
+            self.cowrite_batch(start, &queue[next..end])?;
+            next = end;
+            goal = start + used;
+        }
+        self.counters.cowrite_fallback_files += (queue.len() - next) as u64;
+        self.counters.cowrite_choose_ns += choose_ns;
+        self.cw_goal.insert(dir, goal);
+        Ok(())
+    }
+
+    /// Blocks `0..nb` of `ino` that have a disk address (direct pointers).
+    fn mapped_blocks(&self, ino: u64, nb: u64) -> FsResult<u64> {
+        let node = self.inodes.get(&ino).ok_or(FsError::Stale { ino })?;
+        Ok(node.d.direct[..nb as usize]
+            .iter()
+            .filter(|p| **p != 0)
+            .count() as u64)
+    }
+
+    /// Writes `files` (whole, in order) to the allocated run at `start` with one vectored
+    /// request, then points their blocks there and frees the old ones (after two commits).
+    fn cowrite_batch(&mut self, start: u64, files: &[Candidate]) -> FsResult<()> {
+        let bs = self.bs() as u64;
+        let blocks: u64 = files.iter().map(|c| c.1).sum();
+        {
+            let mut bufs: Vec<&[u8]> = Vec::with_capacity(blocks as usize);
+            for &(ino, nb) in files {
+                let node = &self.inodes[&ino];
+                bufs.extend(node.cache.range(0..nb).map(|(_, c)| &c.data[..]));
+            }
+            debug_assert_eq!(bufs.len() as u64, blocks);
+            self.dev.writev_at(start * bs, &bufs)?;
+        }
+        let mut phys = start;
+        let mut relocated = 0;
+        for &(ino, nb) in files {
+            let old: Vec<u64> = self.inodes[&ino].d.direct[..nb as usize]
+                .iter()
+                .map(|p| *p as u64)
+                .collect();
+            for &o in old.iter().filter(|o| **o != 0) {
+                self.alloc.free_later(o, 1);
+                relocated += 1;
+            }
+            let mut unreserved = 0;
+            let node = self.inode(ino)?;
+            for (idx, o) in old.iter().enumerate() {
+                node.d.direct[idx] = phys as u32;
+                if *o == 0 {
+                    node.d.blocks += 1;
+                }
+                if let Some(cb) = node.cache.get_mut(&(idx as u64)) {
+                    cb.dirty = false;
+                    if cb.reserved {
+                        cb.reserved = false;
+                        unreserved += 1;
+                    }
+                }
+                phys += 1;
+            }
+            node.dirty = true;
+            let n = node.dirty_blocks;
+            node.dirty_blocks = 0;
+            self.dirty_blocks -= n;
+            self.reserved -= unreserved;
+        }
+        if relocated > 0 {
+            // With journal=writeback too, the moved data must be on disk before the new
+            // pointers (else a crash could show a rewritten file as garbage).
+            self.order_data_once = true;
+        }
+        self.counters.data_write_ios += 1;
+        self.counters.data_blocks_written += blocks;
+        self.counters.cowrite_batches += 1;
+        self.counters.cowrite_files += files.len() as u64;
+        self.counters.cowrite_blocks += blocks;
+        self.counters.cowrite_relocated_blocks += relocated;
+        Ok(())
+    }
+}
