@@ -248,21 +248,29 @@ impl EngineTarget {
                 return Err(e);
             }
         };
-        let start = fs.device_counters();
         let what = match kind {
             EngineDevice::Memory => "mem",
             EngineDevice::File => "file",
             EngineDevice::Hdd => "hdd",
             EngineDevice::Ssd => "ssd",
         };
-        Ok(EngineTarget {
+        let mut t = EngineTarget::from_fs(fs, format!("engine:{what}:{}MiB", size >> 20));
+        t.image = image;
+        Ok(t)
+    }
+
+    /// A target over an engine already mounted (any device, any options); paths start at
+    /// its root, and directories already on it are not known to the target.
+    pub fn from_fs(fs: Fs, label: String) -> EngineTarget {
+        let start = fs.device_counters();
+        EngineTarget {
             fs,
             dirs: RwLock::new(HashMap::new()),
             append: Mutex::new(()),
-            label: format!("engine:{what}:{}MiB", size >> 20),
+            label,
             start,
-            image,
-        })
+            image: None,
+        }
     }
 
     /// (parent inode, file name) of a path whose directories were made through this target.

@@ -320,3 +320,55 @@ fn relocation_never_takes_space_promised_to_other_data() {
     fs.unmount().unwrap();
     fsck_clean(&dev);
 }
+
+#[test]
+fn per_file_write_back_goes_in_address_order_or_in_dirtying_order() {
+    use moafs_core::device::{HddModel, ModelDevice, ModelKind};
+    // Files created alternately in directories of different groups, then one commit:
+    // dirtying order seeks between the groups for every file, address order sweeps once.
+    let mut seek = Vec::new();
+    for sorted in [false, true] {
+        let mem = Arc::new(MemDevice::new(256 << 20));
+        mkfs(mem.as_ref(), &MkfsOptions::default()).unwrap();
+        let dev = Arc::new(ModelDevice::new(mem, ModelKind::Hdd(HddModel::paper())));
+        let fs = Fs::mount(
+            dev.clone() as Arc<dyn BlockDevice>,
+            MountOptions {
+                cowrite: false,
+                wb_sorted: sorted,
+                ..opts(false)
+            },
+        )
+        .unwrap();
+        let dirs: Vec<u64> = (0..4)
+            .map(|i| {
+                fs.mkdir(ROOT_INO, format!("d{i}").as_bytes(), 0o755, ME)
+                    .unwrap()
+                    .ino
+            })
+            .collect();
+        let g = fs.geometry();
+        let groups: std::collections::BTreeSet<u32> =
+            dirs.iter().map(|d| g.group_of_inode(*d)).collect();
+        assert!(groups.len() > 1, "setup: directories in one group");
+        fs.sync().unwrap();
+        let before = dev.counters();
+        let mut files = Vec::new();
+        for k in 0..40 {
+            let d = dirs[k % dirs.len()];
+            files.extend(make_files(&fs, d, &format!("f{k}-"), &[5000]));
+        }
+        fs.sync().unwrap();
+        let c = dev.counters();
+        assert_eq!(fs.counters().cowrite_batches, 0);
+        seek.push(c.seek_distance_bytes - before.seek_distance_bytes);
+        check_files(&fs, &files, &[5000; 40]);
+        fs.unmount().unwrap();
+    }
+    assert!(
+        seek[1] * 4 < seek[0],
+        "address order should seek far less: dirty {} address {}",
+        seek[0],
+        seek[1]
+    );
+}

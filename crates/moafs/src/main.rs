@@ -45,6 +45,39 @@ enum Cmd {
     /// Age IMAGE (unmounted): a seeded create/grow/delete history until it is as full and as
     /// fragmented (layout score) as asked.
     Age(AgeArgs),
+    /// Run paper 000's co-writing experiments in-process on the model disk (aged images,
+    /// cowrite=on vs off; modelled time, device writes, bandwidth).
+    Experiment(ExperimentArgs),
+}
+
+#[derive(Args, Debug)]
+struct ExperimentArgs {
+    /// The experiment: `cowrite`.
+    which: String,
+    /// Image size (paper: 4G).
+    #[arg(long, default_value = "4G")]
+    size: String,
+    /// Utilisations in percent, comma-separated (paper: 0,10,30,50,70,90).
+    #[arg(long, default_value = "0,10,30,50,70,90")]
+    utilisation: String,
+    /// Layout score aging goes down to.
+    #[arg(long, default_value_t = 0.8)]
+    layout: f64,
+    /// Tests, comma-separated: seq-write, rand-write, dir-read, large-write, large-read,
+    /// postmark-rfsl, postmark-fsl (default: all).
+    #[arg(long)]
+    tests: Option<String>,
+    /// Multiply the small-file and PostMark tests' file counts (1 = the paper's).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write one SVG plot per test into this directory.
+    #[arg(long)]
+    svg_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -152,7 +185,7 @@ struct MountArgs {
     #[arg(short = 'f')]
     foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
-    /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, ro, direct,
+    /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address, ro, direct,
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -299,6 +332,7 @@ fn main() -> ExitCode {
         Cmd::InstallHelpers(a) => report(cmd_install(&a)),
         Cmd::Bench(a) => report(cmd_bench(&a)),
         Cmd::Age(a) => report(cmd_age(&a)),
+        Cmd::Experiment(a) => report(cmd_experiment(&a)),
     };
     ExitCode::from(code)
 }
@@ -680,6 +714,65 @@ fn cmd_age(a: &AgeArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
+    use moafs_bench::cowrite_exp::{self, ExpConfig};
+    if a.which != "cowrite" {
+        return Err(format!(
+            "unknown experiment {:?}; there is: cowrite",
+            a.which
+        ));
+    }
+    let size = moafs_core::parse_size(&a.size).map_err(|e| format!("--size: {e}"))?;
+    if !(64 << 20..=64 << 30).contains(&size) {
+        return Err("--size: between 64M and 64G (the image is held in memory)".into());
+    }
+    let utilisations = a
+        .utilisation
+        .split(',')
+        .map(|u| match u.trim().parse::<f64>() {
+            Ok(p) if (0.0..=95.0).contains(&p) => Ok(p / 100.0),
+            _ => Err(format!("--utilisation: {u:?} is not a percentage in 0..95")),
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    if !(0.0..=1.0).contains(&a.layout) {
+        return Err("--layout: a score in 0..1".into());
+    }
+    if !(a.scale > 0.0 && a.scale <= 10.0) {
+        return Err("--scale: in (0, 10]".into());
+    }
+    let d = ExpConfig::default();
+    let scale = |n: usize| ((n as f64 * a.scale).round() as usize).max(1);
+    let cfg = ExpConfig {
+        size,
+        utilisations,
+        layout: a.layout,
+        per_dir: scale(d.per_dir),
+        // Large files: an eighth of the image at the paper's 4 GiB, scaled with the image.
+        large_size: (d.large_size as f64 * size as f64 / (4u64 << 30) as f64) as u64 & !0xfffff,
+        postmark_scale: a.scale,
+        tests: match &a.tests {
+            Some(t) => t.split(',').map(|s| s.trim().to_string()).collect(),
+            None => d.tests.clone(),
+        },
+        seed: a.seed,
+        ..d
+    };
+    let report = cowrite_exp::run(&cfg, &mut |line| say!("{line}")).map_err(|e| e.to_string())?;
+    say!("\n{}", cowrite_exp::table(&report));
+    if let Some(p) = &a.json {
+        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let Some(dir) = &a.svg_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for (name, svg) in cowrite_exp::plots(&report)? {
+            let p = dir.join(name);
+            std::fs::write(&p, svg).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
 fn report(r: Result<(), String>) -> u8 {
     match r {
         Ok(()) => 0,
@@ -893,6 +986,13 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
                     Some("on") => true,
                     Some("off") => false,
                     _ => return Err(format!("cowrite= takes on or off, not {v:?}")),
+                }
+            }
+            "wb_order" => {
+                p.engine.wb_sorted = match v {
+                    Some("address") => true,
+                    Some("dirty") => false,
+                    _ => return Err(format!("wb_order= takes dirty or address, not {v:?}")),
                 }
             }
             "cowrite_max" => {

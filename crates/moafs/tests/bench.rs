@@ -636,3 +636,66 @@ fn ctrl_c_stops_an_engine_run_and_removes_its_image() {
     assert!(t0.elapsed().as_secs() < 20, "stopped promptly");
     assert_eq!(std::fs::read_dir(backing.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn cowrite_experiment_prints_a_table_and_writes_json_and_plots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("exp.json");
+    let svg = tmp.path().join("svg");
+    let out = Command::new(BIN)
+        .args([
+            "experiment",
+            "cowrite",
+            "--size",
+            "128M",
+            "--utilisation",
+            "0",
+            "--tests",
+            "rand-write,dir-read",
+            "--scale",
+            "0.2",
+            "--svg-dir",
+        ])
+        .arg(&svg)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("| rand-write | dirty | 0 % |"), "{stdout}");
+    assert!(stdout.contains("| dir-read | address | 0 % |"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    // 2 tests × cowrite on/off × 2 write-back orders
+    assert_eq!(v["rows"].as_array().unwrap().len(), 8);
+    assert_eq!(v["config"]["per_dir"], 20);
+    assert!(v["rows"][0]["modelled_secs"].as_f64().unwrap() > 0.0);
+    assert!(svg.join("cowrite-rand-write.svg").exists());
+    assert!(svg.join("cowrite-dir-read.svg").exists());
+}
+
+#[test]
+fn cowrite_experiment_refuses_bad_input() {
+    for (args, msg) in [
+        (vec!["experiment", "nope"], "unknown experiment"),
+        (
+            vec!["experiment", "cowrite", "--utilisation", "99"],
+            "not a percentage",
+        ),
+        (vec!["experiment", "cowrite", "--size", "1M"], "--size"),
+        (
+            vec!["experiment", "cowrite", "--size", "64M", "--tests", "x"],
+            "unknown test",
+        ),
+        (vec!["experiment", "cowrite", "--scale", "0"], "--scale"),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}

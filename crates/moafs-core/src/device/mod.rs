@@ -66,6 +66,24 @@ pub struct DeviceCounters {
     pub seek_distance_bytes: u64,
 }
 
+impl DeviceCounters {
+    /// What was counted since `e` (an earlier reading).
+    pub fn since(&self, e: &DeviceCounters) -> DeviceCounters {
+        DeviceCounters {
+            reads: self.reads.saturating_sub(e.reads),
+            read_bytes: self.read_bytes.saturating_sub(e.read_bytes),
+            writes: self.writes.saturating_sub(e.writes),
+            write_bytes: self.write_bytes.saturating_sub(e.write_bytes),
+            flushes: self.flushes.saturating_sub(e.flushes),
+            discards: self.discards.saturating_sub(e.discards),
+            modelled_ns: self.modelled_ns.saturating_sub(e.modelled_ns),
+            seek_distance_bytes: self
+                .seek_distance_bytes
+                .saturating_sub(e.seek_distance_bytes),
+        }
+    }
+}
+
 /// Lock-free counters shared by all device implementations.
 #[derive(Debug, Default)]
 pub struct DeviceStats {

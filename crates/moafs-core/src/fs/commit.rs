@@ -90,10 +90,22 @@ impl Inner {
         }
         // Files left (all of them with cowrite=off), each with its own requests, in the order
         // they became dirty: FFS's per-file write-back, the baseline of co-writing.
+        // With `wb_order=address`, addresses are still chosen in that order but the requests
+        // go out sorted by address (one sweep of an elevator over the commit).
+        let mut placed_files = Vec::new();
         for ino in std::mem::take(&mut self.dirty_order) {
             if self.inodes.get(&ino).is_some_and(|n| n.dirty_blocks > 0) {
-                self.write_back_file(ino)?;
+                let placed = self.place_file(ino)?;
+                if self.opts.wb_sorted {
+                    placed_files.push((ino, placed));
+                } else {
+                    self.write_placed(ino, &placed)?;
+                }
             }
+        }
+        placed_files.sort_by_key(|(ino, p)| (p.first().map(|x| x.0), *ino));
+        for (ino, placed) in placed_files {
+            self.write_placed(ino, &placed)?;
         }
         // Then in inode order (deterministic: a crash test replays exactly).
         let mut inos: Vec<u64> = self.inodes.keys().copied().collect();
@@ -154,6 +166,13 @@ impl Inner {
     /// Allocates addresses for the dirty blocks that have none, then writes all dirty blocks
     /// of the file in physically contiguous runs, one vectored request per run.
     fn write_back_file(&mut self, ino: u64) -> FsResult<()> {
+        let placed = self.place_file(ino)?;
+        self.write_placed(ino, &placed)
+    }
+
+    /// Gives every dirty block of `ino` an address (allocating for those without one):
+    /// (physical, logical, had an address before) sorted by physical address.
+    fn place_file(&mut self, ino: u64) -> FsResult<Vec<(u64, u64, bool)>> {
         let dirty: Vec<u64> = self.inodes[&ino]
             .cache
             .iter()
@@ -205,9 +224,14 @@ impl Inner {
             k += run;
         }
         placed.sort_unstable();
-        self.write_runs(ino, &placed)?;
+        Ok(placed)
+    }
+
+    /// Writes the placed dirty blocks of `ino` (`place_file`) and marks them clean.
+    fn write_placed(&mut self, ino: u64, placed: &[(u64, u64, bool)]) -> FsResult<()> {
+        self.write_runs(ino, placed)?;
         let node = self.inode(ino)?;
-        for (_, idx, _) in &placed {
+        for (_, idx, _) in placed {
             if let Some(cb) = node.cache.get_mut(idx) {
                 cb.dirty = false;
             }

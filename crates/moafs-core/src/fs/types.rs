@@ -205,6 +205,10 @@ pub struct MountOptions {
     pub cowrite: bool,
     /// Largest co-write in bytes (N = this / block size, 2..=256 blocks).
     pub cowrite_max: u64,
+    /// Per-file write-back issues its requests sorted by address (one elevator sweep per
+    /// commit; the default) or in the order files became dirty (`wb_order=dirty`: FFS's
+    /// syncer as paper 000 describes it, the baseline of its experiments).
+    pub wb_sorted: bool,
 }
 
 impl MountOptions {
@@ -250,6 +254,7 @@ impl Default for MountOptions {
             journal: JournalMode::Ordered,
             cowrite: true,
             cowrite_max: 128 << 10,
+            wb_sorted: true,
         }
     }
 }
@@ -285,4 +290,43 @@ pub struct EngineCounters {
     pub cowrite_fallback_files: u64,
     /// CPU time (of the committing thread) spent choosing runs and files, in nanoseconds.
     pub cowrite_choose_ns: u64,
+}
+
+impl EngineCounters {
+    /// What was counted since `e` (an earlier reading).
+    pub fn since(&self, e: &EngineCounters) -> EngineCounters {
+        EngineCounters {
+            commits: self.commits.saturating_sub(e.commits),
+            data_blocks_written: self
+                .data_blocks_written
+                .saturating_sub(e.data_blocks_written),
+            data_write_ios: self.data_write_ios.saturating_sub(e.data_write_ios),
+            meta_blocks_written: self
+                .meta_blocks_written
+                .saturating_sub(e.meta_blocks_written),
+            data_blocks_read: self.data_blocks_read.saturating_sub(e.data_blocks_read),
+            cache_hits: self.cache_hits.saturating_sub(e.cache_hits),
+            cache_misses: self.cache_misses.saturating_sub(e.cache_misses),
+            evictions: self.evictions.saturating_sub(e.evictions),
+            journal_commits: self.journal_commits.saturating_sub(e.journal_commits),
+            journal_blocks_written: self
+                .journal_blocks_written
+                .saturating_sub(e.journal_blocks_written),
+            data_blocks_journaled: self
+                .data_blocks_journaled
+                .saturating_sub(e.data_blocks_journaled),
+            journal_overflows: self.journal_overflows.saturating_sub(e.journal_overflows),
+            commits_skipped: self.commits_skipped.saturating_sub(e.commits_skipped),
+            cowrite_batches: self.cowrite_batches.saturating_sub(e.cowrite_batches),
+            cowrite_files: self.cowrite_files.saturating_sub(e.cowrite_files),
+            cowrite_blocks: self.cowrite_blocks.saturating_sub(e.cowrite_blocks),
+            cowrite_relocated_blocks: self
+                .cowrite_relocated_blocks
+                .saturating_sub(e.cowrite_relocated_blocks),
+            cowrite_fallback_files: self
+                .cowrite_fallback_files
+                .saturating_sub(e.cowrite_fallback_files),
+            cowrite_choose_ns: self.cowrite_choose_ns.saturating_sub(e.cowrite_choose_ns),
+        }
+    }
 }
