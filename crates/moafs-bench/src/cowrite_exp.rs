@@ -26,11 +26,11 @@ use moafs_core::Fs;
 use plotters::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExpConfig {
     /// Image size in bytes (paper: 4 GiB).
     pub size: u64,
@@ -89,7 +89,7 @@ impl Default for ExpConfig {
 }
 
 /// One test at one utilisation with co-writing on or off.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExpRow {
     pub test: String,
     pub utilisation: f64,
@@ -108,7 +108,7 @@ pub struct ExpRow {
 }
 
 /// The aged image of one utilisation.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgedImage {
     pub utilisation_target: f64,
     pub utilisation: f64,
@@ -117,7 +117,7 @@ pub struct AgedImage {
     pub reached: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExpReport {
     pub config: ExpConfig,
     pub images: Vec<AgedImage>,
@@ -489,7 +489,7 @@ pub fn ratios(
 pub fn table(report: &ExpReport) -> String {
     let mut s = String::from(
         "| test | wb_order | util. | off: modelled s | on: modelled s | on/off bandwidth | \
-         off/on device writes | on: co-writes (files/batch) | on: choosing µs/batch |\n\
+         off/on device writes | on: co-writes (files, bytes per batch) | on: choosing µs/batch |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     for test in TESTS {
@@ -505,7 +505,13 @@ pub fn table(report: &ExpReport) -> String {
                 let b = on.engine.cowrite_batches;
                 let (per, choose) = if b > 0 {
                     (
-                        format!("{b} ({:.1})", on.engine.cowrite_files as f64 / b as f64),
+                        format!(
+                            "{b} ({:.1}, {:.0} KiB)",
+                            on.engine.cowrite_files as f64 / b as f64,
+                            (on.engine.cowrite_blocks * u64::from(report.config.block_size)) as f64
+                                / b as f64
+                                / 1024.0
+                        ),
                         format!("{:.1}", on.engine.cowrite_choose_ns as f64 / b as f64 / 1e3),
                     )
                 } else {

@@ -78,6 +78,9 @@ struct ExperimentArgs {
     /// Write one SVG plot per test into this directory.
     #[arg(long)]
     svg_dir: Option<PathBuf>,
+    /// Run nothing: print the table (and write the plots) of a saved --json report.
+    #[arg(long)]
+    from_json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -757,7 +760,14 @@ fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
         seed: a.seed,
         ..d
     };
-    let report = cowrite_exp::run(&cfg, &mut |line| say!("{line}")).map_err(|e| e.to_string())?;
+    let report = match &a.from_json {
+        Some(p) => {
+            let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{}: not a saved experiment: {e}", p.display()))?
+        }
+        None => cowrite_exp::run(&cfg, &mut |line| say!("{line}")).map_err(|e| e.to_string())?,
+    };
     say!("\n{}", cowrite_exp::table(&report));
     if let Some(p) = &a.json {
         let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;

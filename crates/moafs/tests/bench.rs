@@ -676,6 +676,28 @@ fn cowrite_experiment_prints_a_table_and_writes_json_and_plots() {
     assert!(v["rows"][0]["modelled_secs"].as_f64().unwrap() > 0.0);
     assert!(svg.join("cowrite-rand-write.svg").exists());
     assert!(svg.join("cowrite-dir-read.svg").exists());
+    // The table again from the saved report, without running anything.
+    let again = Command::new(BIN)
+        .args(["experiment", "cowrite", "--from-json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    let table = |s: &str| {
+        s.lines()
+            .filter(|l| l.starts_with('|'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        table(&String::from_utf8_lossy(&again.stdout)),
+        table(&stdout)
+    );
+    let bad = Command::new(BIN)
+        .args(["experiment", "cowrite", "--from-json", "/nonexistent.json"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
 }
 
 #[test]

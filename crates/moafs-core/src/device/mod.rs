@@ -52,7 +52,7 @@ pub enum DeviceError {
 pub type DevResult<T> = Result<T, DeviceError>;
 
 /// A snapshot of a device's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceCounters {
     pub reads: u64,
     pub read_bytes: u64,

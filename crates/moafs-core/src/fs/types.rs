@@ -260,7 +260,8 @@ impl Default for MountOptions {
 }
 
 /// What the engine has done, for `inspect` and benchmarks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct EngineCounters {
     pub commits: u64,
     pub data_blocks_written: u64,
