@@ -372,3 +372,46 @@ fn per_file_write_back_goes_in_address_order_or_in_dirtying_order() {
         seek[1]
     );
 }
+
+#[test]
+fn files_whose_directory_is_forgotten_are_cowritten_in_their_own_group() {
+    let dev = new_dev(512 << 20);
+    let fs = mount_with(&dev, opts(true));
+    let g = fs.geometry();
+    let dirs: Vec<u64> = (0..4)
+        .map(|i| {
+            fs.mkdir(ROOT_INO, format!("d{i}").as_bytes(), 0o755, ME)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut files = Vec::new();
+    for (k, d) in dirs.iter().enumerate() {
+        files.extend(make_files(&fs, *d, &format!("f{k}-"), &[3000, 3000, 3000]));
+    }
+    // Written back, then every idle inode forgotten (the in-process engine counts no
+    // lookups): the rewrites below reach inodes read back without their directory.
+    fs.drop_caches().unwrap();
+    let before = fs.counters();
+    for &f in &files {
+        fs.write(f, 0, &[5u8; 3000]).unwrap();
+    }
+    fs.sync().unwrap();
+    let c = fs.counters();
+    let groups: std::collections::BTreeSet<u32> =
+        files.iter().map(|f| g.group_of_inode(*f)).collect();
+    assert!(groups.len() > 1, "setup: files in one group");
+    assert_eq!(c.cowrite_files - before.cowrite_files, files.len() as u64);
+    assert_eq!(
+        c.cowrite_batches - before.cowrite_batches,
+        groups.len() as u64,
+        "one co-write per group"
+    );
+    for &f in &files {
+        let b = fs.block_map(f).unwrap()[0];
+        assert_eq!(g.group_of_block(b), g.group_of_inode(f), "file {f} left its group");
+        assert_eq!(fs.read(f, 0, 4000).unwrap(), vec![5u8; 3000]);
+    }
+    fs.unmount().unwrap();
+    fsck_clean(&dev);
+}

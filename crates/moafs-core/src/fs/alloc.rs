@@ -30,6 +30,8 @@ pub(crate) struct Group {
 /// blocks waiting in a pending free are not free here either.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct FreeRuns {
+    /// Kept only with co-writing on (its one user); else empty and never searched.
+    enabled: bool,
     /// Lengths of N or more share one bucket.
     cap: u64,
     by_start: BTreeMap<u64, u64>,
@@ -38,9 +40,15 @@ pub(crate) struct FreeRuns {
 }
 
 impl FreeRuns {
+    /// An index that is not kept (co-writing off).
+    pub fn disabled() -> FreeRuns {
+        FreeRuns::default()
+    }
+
     /// The free extents of `bitmap` in `[from, to)`; lengths of `cap` or more share a bucket.
     pub fn build(bitmap: &[u8], from: u64, to: u64, cap: u64) -> FreeRuns {
         let mut r = FreeRuns {
+            enabled: true,
             cap: cap.max(2),
             ..Default::default()
         };
@@ -72,6 +80,9 @@ impl FreeRuns {
 
     /// `[start, start + n)` became allocated (it lies inside one free extent).
     pub fn allocate(&mut self, start: u64, n: u64) {
+        if !self.enabled || n == 0 {
+            return;
+        }
         let Some((&s, &l)) = self.by_start.range(..=start).next_back() else {
             debug_assert!(false, "allocated blocks {start}+{n} not in a free extent");
             return;
@@ -87,6 +98,9 @@ impl FreeRuns {
 
     /// `[start, start + n)` became free: merged with its neighbours.
     pub fn free(&mut self, start: u64, n: u64) {
+        if !self.enabled || n == 0 {
+            return;
+        }
         let (mut s, mut e) = (start, start + n);
         if let Some((&ps, &pl)) = self.by_start.range(..start).next_back() {
             if ps + pl == start {
@@ -104,6 +118,9 @@ impl FreeRuns {
     /// at or after `goal` (wrapping to the group's start); else the largest shorter run of at
     /// least two blocks (the one nearest `goal` among equals). (start, length) of the whole run.
     pub fn find(&self, want: u64, goal: u64) -> Option<(u64, u64)> {
+        if !self.enabled {
+            return None;
+        }
         let want = want.clamp(2, self.cap);
         let nearest = |b: u64| -> Option<(u64, u64)> {
             // (distance class: 0 at or after goal, 1 wrapped; start)
@@ -392,6 +409,8 @@ impl Allocator {
     fn release(&mut self, blocks: Vec<(u64, u64)>, inodes: Vec<u64>) {
         let geo = self.geo;
         for (first, count) in blocks {
+            // Bit by bit, but the free-run index once per contiguous stretch freed.
+            let mut run: Option<(u32, u64, u64)> = None; // (group, start, length)
             for b in first..first + count {
                 let g = geo.group_of_block(b);
                 let grp = &mut self.groups[g as usize];
@@ -400,10 +419,20 @@ impl Allocator {
                     set_bit(&mut grp.bitmap, i, false);
                     grp.block_hint = grp.block_hint.min(i);
                     grp.hdr.free_blocks += 1;
-                    grp.runs.free(i, 1);
+                    match &mut run {
+                        Some((rg, rs, rl)) if *rg == g && *rs + *rl == i => *rl += 1,
+                        _ => {
+                            if let Some((rg, rs, rl)) = run.replace((g, i, 1)) {
+                                self.groups[rg as usize].runs.free(rs, rl);
+                            }
+                        }
+                    }
                 } else {
                     log::error!("block {b} freed twice");
                 }
+            }
+            if let Some((rg, rs, rl)) = run {
+                self.groups[rg as usize].runs.free(rs, rl);
             }
         }
         for ino in inodes {

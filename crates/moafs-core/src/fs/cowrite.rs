@@ -21,6 +21,7 @@ use super::Inner;
 use crate::error::{FsError, FsResult};
 use crate::format::N_DIRECT;
 use nix::time::{clock_gettime, ClockId};
+use std::collections::HashMap;
 
 /// A dirty small file ready to be co-written: (inode, blocks).
 type Candidate = (u64, u64);
@@ -42,20 +43,43 @@ impl Inner {
         if self.cw_goal.len() > 100_000 {
             self.cw_goal.clear();
         }
-        let mut dirs: Vec<(u64, Vec<u64>)> = lists.into_iter().collect();
+        let geo = self.alloc.geo;
+        // (directory's group, goal key, files). Files whose directory is not known (an
+        // inode read back after its in-memory state was dropped) form one list per group of
+        // their own inode, with a goal of its own.
+        let mut dirs: Vec<(u32, u64, Vec<u64>)> = Vec::with_capacity(lists.len());
+        for (dir, files) in lists {
+            if dir != 0 {
+                dirs.push((geo.group_of_inode(dir), dir, files));
+                continue;
+            }
+            let mut by_group: HashMap<u32, Vec<u64>> = HashMap::new();
+            for ino in files {
+                by_group
+                    .entry(geo.group_of_inode(ino))
+                    .or_default()
+                    .push(ino);
+            }
+            dirs.extend(
+                by_group
+                    .into_iter()
+                    .map(|(g, f)| (g, u64::MAX - u64::from(g), f)),
+            );
+        }
         // Deterministic order: a crash test replays exactly.
-        dirs.sort_unstable_by_key(|d| d.0);
+        dirs.sort_unstable_by_key(|d| d.1);
         // Free blocks not promised to other dirty data (nor to the slack reservations
         // keep): what relocation may take.
         let mut spare = self.avail_for_reservation();
-        for (dir, files) in dirs {
-            self.cowrite_dir(dir, files, &mut spare)?;
+        for (group, key, files) in dirs {
+            self.cowrite_dir(group, key, files, &mut spare)?;
         }
         Ok(())
     }
 
-    /// The whole-file candidates among `files`, smallest first (bucketed by block count).
-    fn candidates(&self, files: Vec<u64>) -> Vec<Candidate> {
+    /// The whole-file candidates among `files`, smallest first (bucketed by block count);
+    /// files of more than `n_max` blocks fit no co-write.
+    fn candidates(&self, files: Vec<u64>, n_max: u64) -> Vec<Candidate> {
         let bs = self.bs() as u64;
         let mut buckets: Vec<Vec<u64>> = vec![Vec::new(); N_DIRECT + 1];
         for ino in files {
@@ -66,7 +90,7 @@ impl Inner {
                 continue;
             }
             let nb = node.d.size.div_ceil(bs);
-            if nb == 0 || nb > N_DIRECT as u64 || node.dirty_blocks != nb {
+            if nb == 0 || nb > (N_DIRECT as u64).min(n_max) || node.dirty_blocks != nb {
                 continue;
             }
             if node.cache.range(0..nb).filter(|(_, c)| c.dirty).count() as u64 != nb {
@@ -83,59 +107,71 @@ impl Inner {
         out
     }
 
-    fn cowrite_dir(&mut self, dir: u64, files: Vec<u64>, spare: &mut u64) -> FsResult<()> {
+    /// Co-writes the listed files of one directory (goal key `key`) into runs of `group`.
+    fn cowrite_dir(
+        &mut self,
+        group: u32,
+        key: u64,
+        files: Vec<u64>,
+        spare: &mut u64,
+    ) -> FsResult<()> {
         let t0 = thread_cpu_ns();
-        let queue = self.candidates(files);
-        let mut choose_ns = thread_cpu_ns().saturating_sub(t0);
-        if queue.is_empty() {
-            self.counters.cowrite_choose_ns += choose_ns;
+        let geo = self.alloc.geo;
+        let n_max = self.opts.cowrite_blocks(geo.block_size);
+        let mut pending = self.candidates(files, n_max);
+        if pending.is_empty() {
+            self.counters.cowrite_choose_ns += thread_cpu_ns().saturating_sub(t0);
             return Ok(());
         }
-        let geo = self.alloc.geo;
-        // The directory's group; a file whose directory is not known uses its own inode's.
-        let group = geo.group_of_inode(if dir != 0 { dir } else { queue[0].0 });
-        let n_max = self.opts.cowrite_blocks(geo.block_size);
         let mut goal = self
             .cw_goal
-            .get(&dir)
+            .get(&key)
             .copied()
             .unwrap_or(geo.group_start(group) + geo.meta_blocks() as u64);
-        let mut next = 0;
-        while next < queue.len() {
-            let t = thread_cpu_ns();
-            let total: u64 = queue[next..].iter().map(|c| c.1).sum();
-            let want = total.min(n_max);
+        let mut left: u64 = pending.iter().map(|c| c.1).sum();
+        let mut choose_ns = 0;
+        let mut t = t0;
+        while !pending.is_empty() {
+            let want = left.min(n_max);
             let Some((start, len)) = self.alloc.find_run(group, want, goal) else {
-                choose_ns += thread_cpu_ns().saturating_sub(t);
                 break;
             };
             let room = len.min(want);
-            // Smallest first: the batch is the prefix of the queue that fits the run and
-            // whose relocated blocks the spare space covers.
+            // Smallest first, whole files that fit the run; a file whose move would take
+            // more than the spare space waits (it is written in place afterwards).
             let mut used = 0;
-            let mut end = next;
-            while end < queue.len() {
-                let (ino, nb) = queue[end];
-                let old = self.mapped_blocks(ino, nb)?;
-                if used + nb > room || old > *spare {
+            let mut batch = Vec::new();
+            let mut rest = Vec::with_capacity(pending.len());
+            for (k, &(ino, nb)) in pending.iter().enumerate() {
+                if used + nb > room {
+                    rest.extend_from_slice(&pending[k..]);
                     break;
+                }
+                let old = self.mapped_blocks(ino, nb)?;
+                if old > *spare {
+                    rest.push((ino, nb));
+                    continue;
                 }
                 *spare -= old;
                 used += nb;
-                end += 1;
+                batch.push((ino, nb));
             }
-            choose_ns += thread_cpu_ns().saturating_sub(t);
-            if end == next {
-                break; // the smallest file left fits no run
+            if batch.is_empty() {
+                break; // the smallest file left fits no run, or no spare space to move it
             }
+            pending = rest;
+            left -= used;
             self.alloc.alloc_exact(start, used);
-            self.cowrite_batch(start, &queue[next..end])?;
-            next = end;
+            let now = thread_cpu_ns();
+            choose_ns += now.saturating_sub(t);
+            self.cowrite_batch(start, &batch)?;
+            t = thread_cpu_ns();
             goal = start + used;
         }
-        self.counters.cowrite_fallback_files += (queue.len() - next) as u64;
+        choose_ns += thread_cpu_ns().saturating_sub(t);
+        self.counters.cowrite_fallback_files += pending.len() as u64;
         self.counters.cowrite_choose_ns += choose_ns;
-        self.cw_goal.insert(dir, goal);
+        self.cw_goal.insert(key, goal);
         Ok(())
     }
 

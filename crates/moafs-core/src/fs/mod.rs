@@ -129,7 +129,8 @@ impl Fs {
                 ),
             ));
         }
-        let groups = load_groups(dev.as_ref(), &geo, opts.cowrite_blocks(geo.block_size))?;
+        let run_cap = opts.cowrite.then(|| opts.cowrite_blocks(geo.block_size));
+        let groups = load_groups(dev.as_ref(), &geo, run_cap)?;
         let mut inner = Inner {
             dev,
             sb: sb.clone(),
@@ -456,8 +457,13 @@ pub fn read_superblock(dev: &dyn BlockDevice) -> FsResult<Superblock> {
     }
 }
 
-/// Reads every group's header and bitmaps; `run_cap` is co-writing's N (free-run index).
-fn load_groups(dev: &dyn BlockDevice, geo: &Geometry, run_cap: u64) -> FsResult<Vec<Group>> {
+/// Reads every group's header and bitmaps; `run_cap` is co-writing's N (the free-run index
+/// is kept only with co-writing on).
+fn load_groups(
+    dev: &dyn BlockDevice,
+    geo: &Geometry,
+    run_cap: Option<u64>,
+) -> FsResult<Vec<Group>> {
     let bs = geo.block_size as u64;
     let mut groups = Vec::with_capacity(geo.group_count as usize);
     for g in 0..geo.group_count {
@@ -490,12 +496,15 @@ fn load_groups(dev: &dyn BlockDevice, geo: &Geometry, run_cap: u64) -> FsResult<
                 "free counts exceed the group",
             ));
         }
-        let runs = alloc::FreeRuns::build(
-            &bitmap,
-            geo.meta_blocks() as u64,
-            geo.group_len(g) as u64,
-            run_cap,
-        );
+        let runs = match run_cap {
+            Some(cap) => alloc::FreeRuns::build(
+                &bitmap,
+                geo.meta_blocks() as u64,
+                geo.group_len(g) as u64,
+                cap,
+            ),
+            None => alloc::FreeRuns::disabled(),
+        };
         groups.push(Group {
             hdr,
             runs,

@@ -343,7 +343,6 @@ impl Inner {
         if node.d.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        node.parent_hint = newparent;
         let kind = FileKind::from_mode(node.d.mode)
             .ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
         if self.dir(newparent)?.get(newname).is_some() {
@@ -361,6 +360,7 @@ impl Inner {
         node.d.nlink += 1;
         node.d.ctime = now;
         node.dirty = true;
+        node.parent_hint = newparent;
         self.add_lookup(ino)?;
         self.attr(ino)
     }
