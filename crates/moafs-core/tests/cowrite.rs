@@ -39,6 +39,17 @@ fn make_files(fs: &Fs, dir: u64, prefix: &str, sizes: &[usize]) -> Vec<u64> {
         .collect()
 }
 
+/// Directories `d0 … d{n-1}` at the root (spread over groups by the directory placement).
+fn make_dirs(fs: &Fs, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            fs.mkdir(ROOT_INO, format!("d{i}").as_bytes(), 0o755, ME)
+                .unwrap()
+                .ino
+        })
+        .collect()
+}
+
 fn check_files(fs: &Fs, files: &[u64], sizes: &[usize]) {
     for (&ino, &len) in files.iter().zip(sizes) {
         assert_eq!(fs.read(ino, 0, len as u32 + 10).unwrap(), content(ino, len));
@@ -340,13 +351,7 @@ fn per_file_write_back_goes_in_address_order_or_in_dirtying_order() {
             },
         )
         .unwrap();
-        let dirs: Vec<u64> = (0..4)
-            .map(|i| {
-                fs.mkdir(ROOT_INO, format!("d{i}").as_bytes(), 0o755, ME)
-                    .unwrap()
-                    .ino
-            })
-            .collect();
+        let dirs = make_dirs(&fs, 4);
         let g = fs.geometry();
         let groups: std::collections::BTreeSet<u32> =
             dirs.iter().map(|d| g.group_of_inode(*d)).collect();
@@ -378,13 +383,7 @@ fn files_whose_directory_is_forgotten_are_cowritten_in_their_own_group() {
     let dev = new_dev(512 << 20);
     let fs = mount_with(&dev, opts(true));
     let g = fs.geometry();
-    let dirs: Vec<u64> = (0..4)
-        .map(|i| {
-            fs.mkdir(ROOT_INO, format!("d{i}").as_bytes(), 0o755, ME)
-                .unwrap()
-                .ino
-        })
-        .collect();
+    let dirs = make_dirs(&fs, 4);
     let mut files = Vec::new();
     for (k, d) in dirs.iter().enumerate() {
         files.extend(make_files(&fs, *d, &format!("f{k}-"), &[3000, 3000, 3000]));
@@ -409,7 +408,11 @@ fn files_whose_directory_is_forgotten_are_cowritten_in_their_own_group() {
     );
     for &f in &files {
         let b = fs.block_map(f).unwrap()[0];
-        assert_eq!(g.group_of_block(b), g.group_of_inode(f), "file {f} left its group");
+        assert_eq!(
+            g.group_of_block(b),
+            g.group_of_inode(f),
+            "file {f} left its group"
+        );
         assert_eq!(fs.read(f, 0, 4000).unwrap(), vec![5u8; 3000]);
     }
     fs.unmount().unwrap();

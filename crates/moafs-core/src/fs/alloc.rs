@@ -160,24 +160,31 @@ pub(crate) fn set_bit(map: &mut [u8], i: u64, v: bool) {
     }
 }
 
-/// First clear bit in `[from, to)`, skipping full 64-bit words and full bytes quickly.
-pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
+/// First bit equal to `set` in `[from, to)`, skipping whole 64-bit words and bytes of the
+/// other value quickly.
+fn find_bit(map: &[u8], from: u64, to: u64, set: bool) -> Option<u64> {
+    let (skip_word, skip_byte) = if set { (0, 0) } else { (u64::MAX, 0xff) };
     let mut i = from;
     while i < to {
         if i.is_multiple_of(64) && i + 64 <= to {
             let at = (i / 8) as usize;
-            let word = u64::from_le_bytes(map[at..at + 8].try_into().unwrap_or([0; 8]));
-            if word == u64::MAX {
+            let word = u64::from_le_bytes(map[at..at + 8].try_into().unwrap_or([skip_byte; 8]));
+            if word == skip_word {
                 i += 64;
                 continue;
             }
-            return Some(i + word.trailing_ones() as u64);
+            let run = if set {
+                word.trailing_zeros()
+            } else {
+                word.trailing_ones()
+            };
+            return Some(i + u64::from(run));
         }
-        if i.is_multiple_of(8) && map[(i / 8) as usize] == 0xff {
+        if i.is_multiple_of(8) && map[(i / 8) as usize] == skip_byte {
             i += 8;
             continue;
         }
-        if !bit(map, i) {
+        if bit(map, i) == set {
             return Some(i);
         }
         i += 1;
@@ -185,25 +192,14 @@ pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
     None
 }
 
+/// First clear bit in `[from, to)`.
+pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
+    find_bit(map, from, to, false)
+}
+
 /// First set bit in `[from, to)`.
 pub(crate) fn find_set(map: &[u8], from: u64, to: u64) -> Option<u64> {
-    let mut i = from;
-    while i < to {
-        if i.is_multiple_of(64) && i + 64 <= to {
-            let at = (i / 8) as usize;
-            let word = u64::from_le_bytes(map[at..at + 8].try_into().unwrap_or([0xff; 8]));
-            if word == 0 {
-                i += 64;
-                continue;
-            }
-            return Some(i + word.trailing_zeros() as u64);
-        }
-        if bit(map, i) {
-            return Some(i);
-        }
-        i += 1;
-    }
-    None
+    find_bit(map, from, to, true)
 }
 
 pub(crate) struct Allocator {
