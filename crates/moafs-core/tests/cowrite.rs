@@ -144,32 +144,43 @@ fn batches_are_split_at_n_blocks_and_per_directory() {
 }
 
 #[test]
-fn overwritten_small_file_moves_and_its_old_blocks_wait_for_two_commits() {
+fn overwritten_small_files_move_and_their_old_blocks_wait_for_two_commits() {
     let dev = new_dev(64 << 20);
     let fs = mount_with(&dev, opts(true));
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
-    let f = make_files(&fs, d, "f", &[2 * BS])[0];
+    let fh = make_files(&fs, d, "f", &[2 * BS, BS]);
+    let (f, h) = (fh[0], fh[1]);
     fs.sync().unwrap();
     let old = fs.block_map(f).unwrap();
-    // Entirely rewritten: co-written to a new place.
+    let old_h = fs.block_map(h).unwrap();
+    // A lone rewrite is a write of its own: in place (journaled), not moved.
+    fs.write(h, 0, &vec![0x11; BS]).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.block_map(h).unwrap(), old_h);
+    assert_eq!(fs.counters().cowrite_relocated_blocks, 0);
+    // Two files rewritten entirely: co-written together to a new place.
     fs.write(f, 0, &vec![0xab; 2 * BS]).unwrap();
+    fs.write(h, 0, &vec![0xcd; BS]).unwrap();
     fs.sync().unwrap();
     let new = fs.block_map(f).unwrap();
     assert!(new.iter().all(|b| !old.contains(b)), "{old:?} → {new:?}");
-    assert_eq!(fs.counters().cowrite_relocated_blocks, 2);
+    assert_eq!(fs.counters().cowrite_relocated_blocks, 3);
     assert_eq!(fs.read(f, 0, 3 * BS as u32).unwrap(), vec![0xab; 2 * BS]);
     // Freed by that commit: not reusable before the next one is durable.
-    let g = make_files(&fs, d, "g", &[2 * BS])[0];
+    let g = make_files(&fs, d, "g", &[2 * BS, 2 * BS]);
     fs.sync().unwrap();
-    let gm = fs.block_map(g).unwrap();
-    assert!(
-        gm.iter().all(|b| !old.contains(b)),
-        "reused too early: {gm:?}"
-    );
+    for gi in g {
+        let gm = fs.block_map(gi).unwrap();
+        assert!(
+            gm.iter().all(|b| !old.contains(b) && !old_h.contains(b)),
+            "reused too early: {gm:?}"
+        );
+    }
     fs.unmount().unwrap();
     fsck_clean(&dev);
     let fs = mount_with(&dev, opts(true));
     assert_eq!(fs.read(f, 0, 3 * BS as u32).unwrap(), vec![0xab; 2 * BS]);
+    assert_eq!(fs.read(h, 0, 3 * BS as u32).unwrap(), vec![0xcd; BS]);
     fs.unmount().unwrap();
 }
 
@@ -179,18 +190,18 @@ fn large_and_partly_dirty_files_are_written_back_on_their_own() {
     let fs = mount_with(&dev, opts(true));
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
     let big = make_files(&fs, d, "big", &[13 * BS])[0];
-    let small = make_files(&fs, d, "small", &[3 * BS])[0];
+    let small = make_files(&fs, d, "small", &[3 * BS, 2 * BS])[0];
     fs.sync().unwrap();
     let c = fs.counters();
-    assert_eq!(c.cowrite_files, 1, "only the small file");
-    assert_eq!(c.cowrite_blocks, 3);
+    assert_eq!(c.cowrite_files, 2, "only the small files");
+    assert_eq!(c.cowrite_blocks, 5);
     let map = fs.block_map(small).unwrap();
     // One block of three rewritten, the rest not in the cache: stays in place.
     fs.drop_caches().unwrap();
     fs.write(small, BS as u64, &[7u8; BS]).unwrap();
     fs.write(big, 0, &[9u8; BS]).unwrap();
     fs.sync().unwrap();
-    assert_eq!(fs.counters().cowrite_files, 1);
+    assert_eq!(fs.counters().cowrite_files, 2);
     assert_eq!(fs.block_map(small).unwrap(), map);
     let mut want = content(small, 3 * BS);
     want[BS..2 * BS].fill(7);
@@ -295,7 +306,7 @@ fn fragmented_group_fills_short_runs_near_the_directory() {
 #[test]
 fn relocation_never_takes_space_promised_to_other_data() {
     // Nearly full: rewriting every file entirely may move only as much as is spare.
-    let (dev, fs, d) = fragmented(&[2, 2, 2]);
+    let (dev, fs, d) = fragmented(&[2; 6]);
     let fill = fs.lookup(ROOT_INO, b"fill").unwrap().ino;
     let mut all = Vec::new();
     for e in fs.readdir(fill, 0, usize::MAX).unwrap() {
@@ -303,7 +314,7 @@ fn relocation_never_takes_space_promised_to_other_data() {
             all.push(e.ino);
         }
     }
-    // New data takes 4 of the 6 free blocks beyond the engine's 16 in reserve; every other
+    // New data takes 4 of the 12 free blocks beyond the engine's 16 in reserve; every other
     // file is rewritten entirely (a candidate for moving). Twice: after the first commit
     // the new data is placed and old blocks are pending.
     let newf = make_files(&fs, d, "n", &[10; 4]);

@@ -140,6 +140,7 @@ impl Inner {
             // Smallest first, whole files that fit the run; a file whose move would take
             // more than the spare space waits (it is written in place afterwards).
             let mut used = 0;
+            let mut moved = 0;
             let mut batch = Vec::new();
             let mut rest = Vec::with_capacity(pending.len());
             for (k, &(ino, nb)) in pending.iter().enumerate() {
@@ -148,17 +149,21 @@ impl Inner {
                     break;
                 }
                 let old = self.mapped_blocks(ino, nb)?;
-                if old > *spare {
+                if moved + old > *spare {
                     rest.push((ino, nb));
                     continue;
                 }
-                *spare -= old;
+                moved += old;
                 used += nb;
                 batch.push((ino, nb));
             }
-            if batch.is_empty() {
-                break; // the smallest file left fits no run, or no spare space to move it
+            if batch.len() < 2 {
+                // The smallest file left fits no run, or there is no spare space to move it;
+                // or a single file would go: a write of its own, which per-file write-back
+                // makes in place or next to its neighbours, without taking a fresh run.
+                break;
             }
+            *spare -= moved;
             pending = rest;
             left -= used;
             self.alloc.alloc_exact(start, used);

@@ -286,8 +286,8 @@ pub struct EngineCounters {
     pub cowrite_files: u64,
     pub cowrite_blocks: u64,
     pub cowrite_relocated_blocks: u64,
-    /// Dirty small files co-writing could not place (no free run of two blocks, or not room
-    /// for them), written back on their own.
+    /// Dirty small files co-writing left to per-file write-back: alone in their directory's
+    /// batch, no free run of two blocks, or no spare space to move them.
     pub cowrite_fallback_files: u64,
     /// CPU time (of the committing thread) spent choosing runs and files, in nanoseconds.
     pub cowrite_choose_ns: u64,
