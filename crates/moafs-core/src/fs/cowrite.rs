@@ -66,8 +66,9 @@ impl Inner {
                     .map(|(g, f)| (g, u64::MAX - u64::from(g), f)),
             );
         }
-        // Deterministic order: a crash test replays exactly.
-        dirs.sort_unstable_by_key(|d| d.1);
+        // By group, so that the co-writes sweep the disk once (and deterministic: a crash
+        // test replays exactly).
+        dirs.sort_unstable_by_key(|d| (d.0, d.1));
         // Free blocks not promised to other dirty data (nor to the slack reservations
         // keep): what relocation may take.
         let mut spare = self.avail_for_reservation();
