@@ -120,7 +120,11 @@ impl Inner {
         let geo = self.alloc.geo;
         let n_max = self.opts.cowrite_blocks(geo.block_size);
         let mut pending = self.candidates(files, n_max);
-        if pending.is_empty() {
+        if pending.len() < 2 {
+            // Nothing to write together: a file alone in its directory's list is a write of
+            // its own, which per-file write-back makes in place or next to its neighbours,
+            // without taking a fresh run (varmail's fsyncs commit one file at a time).
+            self.counters.cowrite_fallback_files += pending.len() as u64;
             self.counters.cowrite_choose_ns += thread_cpu_ns().saturating_sub(t0);
             return Ok(());
         }
@@ -158,11 +162,8 @@ impl Inner {
                 used += nb;
                 batch.push((ino, nb));
             }
-            if batch.len() < 2 {
-                // The smallest file left fits no run, or there is no spare space to move it;
-                // or a single file would go: a write of its own, which per-file write-back
-                // makes in place or next to its neighbours, without taking a fresh run.
-                break;
+            if batch.is_empty() {
+                break; // the smallest file left fits no run, or no spare space to move it
             }
             *spare -= moved;
             pending = rest;
