@@ -16,7 +16,7 @@
 
 use crate::aging::{age, AgingConfig};
 use crate::postmark::{self, PostmarkConfig};
-use crate::target::{create_file, read_file, EngineTarget, Target};
+use crate::target::{create_file, create_repeated, read_file, EngineTarget, Target};
 use moafs_core::device::{
     BlockDevice, DeviceCounters, HddModel, MemDevice, ModelDevice, ModelKind,
 };
@@ -309,15 +309,7 @@ fn large(cfg: &ExpConfig, t: &EngineTarget, v: Variant) -> io::Result<Vec<ExpRow
     let m = Meter::start(t);
     let mut written = 0;
     for k in 0..cfg.large_files {
-        let fh = t.open(&format!("large.{k}"), crate::target::Mode::Create)?;
-        let mut off = 0;
-        while off < cfg.large_size {
-            let len = (cfg.large_size - off).min(block as u64) as usize;
-            crate::target::write_blocks(t, &fh, off, &data[..len], block)?;
-            off += len as u64;
-        }
-        written += off;
-        t.close(fh)?;
+        written += create_repeated(t, &format!("large.{k}"), &data, cfg.large_size)?;
     }
     t.sync()?;
     let detail = serde_json::json!({"files": cfg.large_files, "size": cfg.large_size});

@@ -4,7 +4,7 @@
 //! Each has a setup phase (not measured) and a measured phase; `between` runs in between
 //! (the harness drops caches there for scenario A).
 
-use crate::target::{create_file, write_blocks, Fh, Mode, Target};
+use crate::target::{create_file, create_repeated, Fh, Mode, Target};
 use crate::workload::Outcome;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -306,15 +306,7 @@ pub fn micro(
             let measured = Instant::now();
             let mut written = 0;
             for k in 0..cfg.large_files {
-                let fh = t.open(&format!("large.{k}"), Mode::Create)?;
-                let mut off = 0;
-                while off < cfg.large_size {
-                    let len = (cfg.large_size - off).min(block as u64) as usize;
-                    write_blocks(t, &fh, off, &data[..len], block)?;
-                    off += len as u64;
-                }
-                written += off;
-                t.close(fh)?;
+                written += create_repeated(t, &format!("large.{k}"), &data, cfg.large_size)?;
             }
             t.sync()?;
             let mut read = 0;

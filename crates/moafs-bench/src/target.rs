@@ -107,6 +107,22 @@ pub fn write_blocks(
     Ok(())
 }
 
+/// Creates `path` of `size` bytes: `pattern` over and over, one write of `pattern.len()`
+/// bytes at a time (the last one shorter). Returns the bytes written.
+pub fn create_repeated(t: &dyn Target, path: &str, pattern: &[u8], size: u64) -> io::Result<u64> {
+    let fh = t.open(path, Mode::Create)?;
+    let block = pattern.len().max(1) as u64;
+    let mut off = 0;
+    let mut res = Ok(());
+    while off < size && res.is_ok() {
+        let len = (size - off).min(block) as usize;
+        res = t.write_at(&fh, off, &pattern[..len]);
+        off += len as u64;
+    }
+    let closed = t.close(fh);
+    res.and(closed).map(|_| off)
+}
+
 /// Appends `data` to an existing file in `block`-sized writes.
 pub fn append_file(t: &dyn Target, path: &str, data: &[u8], block: usize) -> io::Result<()> {
     let fh = t.open(path, Mode::Append)?;

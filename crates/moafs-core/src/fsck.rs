@@ -83,17 +83,7 @@ pub struct FreeRuns {
 
 /// Free runs of one group's bitmap (bit set = used), data area `[from, to)`.
 pub fn free_runs_in(bitmap: &[u8], from: u64, to: u64, acc: &mut FreeRuns) {
-    let mut i = from;
-    while i < to {
-        if crate::fs::alloc_bit(bitmap, i) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < to && !crate::fs::alloc_bit(bitmap, i) {
-            i += 1;
-        }
-        let len = i - start;
+    for (_, len) in crate::fs::free_extents(bitmap, from, to) {
         acc.free_blocks += len;
         acc.runs += 1;
         acc.largest = acc.largest.max(len);

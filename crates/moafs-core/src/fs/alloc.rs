@@ -52,11 +52,8 @@ impl FreeRuns {
             cap: cap.max(2),
             ..Default::default()
         };
-        let mut i = from;
-        while let Some(s) = find_clear(bitmap, i, to) {
-            let e = find_set(bitmap, s, to).unwrap_or(to);
-            r.insert(s, e - s);
-            i = e;
+        for (s, len) in free_extents(bitmap, from, to) {
+            r.insert(s, len);
         }
         r
     }
@@ -200,6 +197,21 @@ pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
 /// First set bit in `[from, to)`.
 pub(crate) fn find_set(map: &[u8], from: u64, to: u64) -> Option<u64> {
     find_bit(map, from, to, true)
+}
+
+/// The runs of clear bits (free blocks) in `[from, to)` as (start, length), in order.
+pub(crate) fn free_extents(
+    map: &[u8],
+    from: u64,
+    to: u64,
+) -> impl Iterator<Item = (u64, u64)> + '_ {
+    let mut i = from;
+    std::iter::from_fn(move || {
+        let s = find_clear(map, i, to)?;
+        let e = find_set(map, s, to).unwrap_or(to);
+        i = e;
+        Some((s, e - s))
+    })
 }
 
 pub(crate) struct Allocator {

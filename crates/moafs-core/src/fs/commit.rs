@@ -85,8 +85,6 @@ impl Inner {
         if self.opts.journal != JournalMode::Data {
             // journal=data carries file data in the transaction instead.
             self.cowrite_dirs()?;
-        } else {
-            self.cw_dirty.clear();
         }
         // Files left (all of them with cowrite=off), each with its own requests, in the order
         // they became dirty: FFS's per-file write-back, the baseline of co-writing.

@@ -36,36 +36,33 @@ impl Inner {
     /// Co-writes the dirty small files of every directory that has some (see the module
     /// comment). Files it does not place stay dirty for `write_back_file`.
     pub(super) fn cowrite_dirs(&mut self) -> FsResult<()> {
-        let lists = std::mem::take(&mut self.cw_dirty);
-        if !self.opts.cowrite || lists.is_empty() {
+        if !self.opts.cowrite || self.dirty_order.is_empty() {
             return Ok(());
         }
         if self.cw_goal.len() > 100_000 {
             self.cw_goal.clear();
         }
         let geo = self.alloc.geo;
-        // (directory's group, goal key, files). Files whose directory is not known (an
+        // The dirty-file list of each directory, from the files in the order they became
+        // dirty, keyed (directory's group, goal key). Files whose directory is not known (an
         // inode read back after its in-memory state was dropped) form one list per group of
         // their own inode, with a goal of its own.
-        let mut dirs: Vec<(u32, u64, Vec<u64>)> = Vec::with_capacity(lists.len());
-        for (dir, files) in lists {
-            if dir != 0 {
-                dirs.push((geo.group_of_inode(dir), dir, files));
+        let mut lists: HashMap<(u32, u64), Vec<u64>> = HashMap::new();
+        for &ino in &self.dirty_order {
+            let Some(node) = self.inodes.get(&ino) else {
                 continue;
-            }
-            let mut by_group: HashMap<u32, Vec<u64>> = HashMap::new();
-            for ino in files {
-                by_group
-                    .entry(geo.group_of_inode(ino))
-                    .or_default()
-                    .push(ino);
-            }
-            dirs.extend(
-                by_group
-                    .into_iter()
-                    .map(|(g, f)| (g, u64::MAX - u64::from(g), f)),
-            );
+            };
+            let key = match node.parent_hint {
+                0 => {
+                    let g = geo.group_of_inode(ino);
+                    (g, u64::MAX - u64::from(g))
+                }
+                dir => (geo.group_of_inode(dir), dir),
+            };
+            lists.entry(key).or_default().push(ino);
         }
+        let mut dirs: Vec<(u32, u64, Vec<u64>)> =
+            lists.into_iter().map(|((g, k), f)| (g, k, f)).collect();
         // By group, so that the co-writes sweep the disk once (and deterministic: a crash
         // test replays exactly).
         dirs.sort_unstable_by_key(|d| (d.0, d.1));

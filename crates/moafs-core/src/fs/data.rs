@@ -116,13 +116,10 @@ impl Inner {
         );
         if !was_dirty {
             node.dirty_blocks += 1;
-            let first_dirty = (node.dirty_blocks == 1).then_some(node.parent_hint);
+            let first_dirty = node.dirty_blocks == 1;
             self.dirty_blocks += 1;
-            if let Some(dir) = first_dirty {
+            if first_dirty {
                 self.dirty_order.push(ino);
-                if self.opts.cowrite {
-                    self.cw_dirty.entry(dir).or_default().push(ino);
-                }
             }
         }
         if !was_cached {

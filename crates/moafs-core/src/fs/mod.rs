@@ -12,7 +12,7 @@
 //! 2-core target; finer locking is future work.
 
 mod alloc;
-pub(crate) use alloc::bit as alloc_bit;
+pub(crate) use alloc::free_extents;
 mod commit;
 mod cowrite;
 mod data;
@@ -68,11 +68,9 @@ pub(crate) struct Inner {
     /// A rename replaced a file since the last commit (see `commit_inner`).
     pub replaced_by_rename: bool,
     /// Files in the order they became dirty since the last commit (an entry may be stale):
-    /// per-file write-back follows it, as FFS's syncer does.
+    /// co-writing's per-directory lists are made from it, and per-file write-back follows
+    /// it, as FFS's syncer does.
     pub dirty_order: Vec<u64>,
-    /// Co-writing's dirty-file lists: directory → files that became dirty since the last
-    /// commit (an entry may be stale: the file was truncated, removed or grew large since).
-    pub cw_dirty: HashMap<u64, Vec<u64>>,
     /// Where the next co-write of a directory looks for free space (after its last one).
     pub cw_goal: HashMap<u64, u64>,
     /// Co-writing moved overwritten data since the last commit: order data before metadata
@@ -146,7 +144,6 @@ impl Fs {
             txn: Vec::new(),
             txn_data_budget: 0,
             replaced_by_rename: false,
-            cw_dirty: HashMap::new(),
             dirty_order: Vec::new(),
             cw_goal: HashMap::new(),
             order_data_once: false,
