@@ -69,6 +69,9 @@ pub struct MountConfig {
     pub poll_window: Duration,
     /// FUSE over io_uring (per-CPU request queues; see [`uring`]).
     pub uring: UringMode,
+    /// Over io_uring, READs of at least this many KiB (a stream's readahead) are served on
+    /// another CPU than the reader's (`uring_stream_kb=`; 0: always on the reader's CPU).
+    pub uring_stream_kb: u32,
 }
 
 impl Default for MountConfig {
@@ -86,6 +89,7 @@ impl Default for MountConfig {
             bdi_max_ratio: 20,
             poll_window: Duration::from_millis(5),
             uring: UringMode::Auto,
+            uring_stream_kb: 256,
         }
     }
 }
@@ -1088,6 +1092,7 @@ pub fn mount_blocking(
                 queues: uring::possible_cpus()?,
                 depth: 2,
                 payload: MAX_WRITE as usize,
+                stream_min: cfg.uring_stream_kb as usize * 1024,
             },
         ))
     } else {

@@ -51,6 +51,11 @@ const OUT_HEADER_SZ: usize = 16;
 /// Head room in front of the payload: the in header and the per-opcode argument are copied
 /// there to rebuild the request in /dev/fuse format without moving the payload.
 const HEAD_ROOM: usize = IN_HEADER_SZ + OP_IN_SZ;
+/// `FUSE_READ`, and the offset of `fuse_read_in.size` in its argument.
+const OP_READ: u32 = 15;
+const READ_SIZE_AT: usize = IN_OUT_SZ + 16;
+/// `user_data` of the read armed on a server's wake-up eventfd (slots are small indices).
+const WAKE_UD: u64 = u64::MAX;
 /// Iovecs per registration (`FUSE_URING_IOV_SEGS`).
 const IOV_SEGS: u32 = 2;
 
@@ -63,6 +68,9 @@ pub struct UringConfig {
     pub depth: usize,
     /// Payload buffer per entry: at least the negotiated max_write and max_pages.
     pub payload: usize,
+    /// READ requests of at least this many bytes (readahead of a sequential stream) are
+    /// served by the queue's stream helper on another CPU; 0: no helpers (see [`Inbox`]).
+    pub stream_min: usize,
 }
 
 /// `true` when the kernel's FUSE module allows the io_uring transport.
@@ -178,6 +186,13 @@ impl Entry {
 
     fn u64_at(b: &[u8], at: usize) -> u64 {
         u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Whether the request in the entry is a READ of at least `min` bytes (`min` > 0).
+    fn large_read(&self, min: usize) -> bool {
+        min > 0
+            && Entry::u32_at(&self.header, 4) == OP_READ
+            && Entry::u32_at(&self.header, READ_SIZE_AT) as usize >= min
     }
 
     /// Rebuilds the request in /dev/fuse format in front of the payload; returns its range in
@@ -387,6 +402,57 @@ fn fuse_cmd(
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
 }
 
+/// Entries handed from one server thread of a queue to the other. Each queue has a thread
+/// pinned to its CPU and, when `stream_min` > 0 and there is another CPU, a *stream helper*
+/// pinned to the next CPU: the queue thread hands it READs of `stream_min` bytes and more,
+/// the helper hands back whatever else arrives in an entry it holds. An entry belongs to the
+/// ring that last committed it (the kernel puts the entry's next request there), so the
+/// receiving thread serves *and* commits a handed entry.
+///
+/// Why: a stream's readahead requests land in the queue of the reader's CPU, where the queue
+/// thread (SCHED_IDLE, so that small requests keep their caller on its CPU) runs only while
+/// the reader waits: the daemon's copy into the payload, the kernel's copy from it into the
+/// page cache and the reader's copy out ran one after the other on one CPU. The helper makes
+/// the first two on the other CPU while the reader copies (docs/BENCHMARKS.md).
+struct Inbox {
+    entries: Mutex<Vec<Entry>>,
+    /// Counts hand-offs; the receiving thread keeps a read armed on it in its ring.
+    efd: nix::sys::eventfd::EventFd,
+}
+
+impl Inbox {
+    fn new() -> io::Result<Inbox> {
+        Ok(Inbox {
+            entries: Mutex::new(Vec::new()),
+            efd: nix::sys::eventfd::EventFd::from_value_and_flags(
+                0,
+                nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
+            )
+            .map_err(io::Error::from)?,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn put(&self, entry: Entry) -> io::Result<()> {
+        self.lock().push(entry);
+        self.efd.write(1).map(drop).map_err(io::Error::from)
+    }
+
+    fn take(&self) -> Vec<Entry> {
+        std::mem::take(&mut *self.lock())
+    }
+}
+
+impl Drop for Inbox {
+    fn drop(&mut self) {
+        // Handed entries are still registered with the kernel (see `Server::drop`).
+        std::mem::forget(self.take());
+    }
+}
+
 /// The server thread of a queue: its ring and the entries armed in it.
 struct Server<FS: Filesystem> {
     qid: u16,
@@ -402,6 +468,15 @@ struct Server<FS: Filesystem> {
     small_req: Vec<u8>,
     /// Completions of one wake-up (kept to reuse its allocation).
     ready: Vec<(u64, i32)>,
+    /// Entries handed to this thread (see [`Inbox`]).
+    inbox: Arc<Inbox>,
+    /// The queue's other thread (queue thread ↔ stream helper); `None`: no helpers.
+    peer: Option<Arc<Inbox>>,
+    /// This thread is the stream helper: it keeps large READs and hands the rest back.
+    helper: bool,
+    stream_min: usize,
+    /// Where the armed eventfd read puts its 8 bytes.
+    wake_buf: Box<[u8; 8]>,
 }
 
 impl<FS: Filesystem> Server<FS> {
@@ -540,14 +615,43 @@ impl<FS: Filesystem> Server<FS> {
         (commit_id, outcome == Some(Dispatched::Destroy))
     }
 
-    /// Serves the request that arrived in slot `ud` and re-arms its entry.
+    /// Arms a read on this thread's eventfd, which completes when an entry is handed over.
+    fn arm_wake(&mut self) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        let fd = self.inbox.efd.as_fd().as_raw_fd();
+        let sqe: squeue::Entry128 = opcode::Read::new(types::Fd(fd), self.wake_buf.as_mut_ptr(), 8)
+            .build()
+            .user_data(WAKE_UD)
+            .into();
+        self.push(&sqe)
+    }
+
+    /// Serves the entries handed to this thread and re-arms the wake-up.
+    fn take_handed(&mut self) -> io::Result<()> {
+        for entry in self.inbox.take() {
+            self.serve_commit(entry)?;
+        }
+        self.arm_wake()
+    }
+
+    /// Serves the request that arrived in slot `ud` and re-arms its entry, or hands the
+    /// entry to the queue's other thread when the request is that thread's kind.
     fn completed(&mut self, ud: u64) -> io::Result<()> {
         let slot = ud as usize;
-        let Some(mut entry) = self.slots.get_mut(slot).and_then(Option::take) else {
+        let Some(entry) = self.slots.get_mut(slot).and_then(Option::take) else {
             return Err(io::Error::other(format!(
                 "io_uring: completion for empty slot {ud}"
             )));
         };
+        if let Some(peer) = &self.peer {
+            if entry.large_read(self.stream_min) != self.helper {
+                return peer.put(entry);
+            }
+        }
+        self.serve_commit(entry)
+    }
+
+    fn serve_commit(&mut self, mut entry: Entry) -> io::Result<()> {
         let (commit_id, destroy) = self.serve(&mut entry);
         if destroy {
             log::debug!("io_uring queue {}: destroy", self.qid);
@@ -581,6 +685,18 @@ impl<FS: Filesystem> Server<FS> {
             }
             let ready = self.completions();
             for &(ud, res) in &ready {
+                if ud == WAKE_UD {
+                    if res < 0 {
+                        let e = io::Error::from_raw_os_error(-res);
+                        log::error!("io_uring queue {}: hand-off wake-up: {e}", self.qid);
+                        return false;
+                    }
+                    if let Err(e) = self.take_handed() {
+                        log::error!("io_uring queue {}: {e}", self.qid);
+                        return false;
+                    }
+                    continue;
+                }
                 if res < 0 {
                     let e = io::Error::from_raw_os_error(-res);
                     if matches!(-res, libc::ENOTCONN | libc::ENODEV | libc::ECANCELED) {
@@ -594,7 +710,7 @@ impl<FS: Filesystem> Server<FS> {
                             std::mem::forget(entry); // the kernel may still know its buffers
                         }
                     }
-                    if self.slots.iter().all(Option::is_none) {
+                    if self.peer.is_none() && self.slots.iter().all(Option::is_none) {
                         log::error!("io_uring queue {}: no entries left", self.qid);
                         return false;
                     }
@@ -645,26 +761,37 @@ fn pin_to_cpu(cpu: usize) -> io::Result<()> {
 /// What a server thread needs to start.
 struct Plan<FS: Filesystem> {
     qid: usize,
+    /// The CPU to pin to: the queue's own, or the next one for a stream helper.
+    cpu: usize,
+    /// Entries to register (none for a stream helper, which gets them handed over).
     depth: usize,
     payload: usize,
     dev: Arc<OwnedFd>,
     dispatcher: Dispatcher<FS>,
+    inbox: Arc<Inbox>,
+    peer: Option<Arc<Inbox>>,
+    helper: bool,
+    stream_min: usize,
 }
 
 impl<FS: Filesystem> Plan<FS> {
     fn setup(self) -> io::Result<Server<FS>> {
         // A CPU that is possible but offline cannot run the thread; its queue still needs
         // entries, served from wherever the scheduler puts us.
-        if let Err(e) = pin_to_cpu(self.qid) {
+        if let Err(e) = pin_to_cpu(self.cpu) {
             log::info!("io_uring queue {}: not pinned: {e}", self.qid);
         }
-        if let Err(e) = sched_idle() {
-            log::info!("io_uring queue {}: SCHED_IDLE refused: {e}", self.qid);
+        // The stream helper stays a normal thread: it works while its CPU's own tasks may
+        // want the CPU too, and the reader it serves runs on another CPU.
+        if !self.helper {
+            if let Err(e) = sched_idle() {
+                log::info!("io_uring queue {}: SCHED_IDLE refused: {e}", self.qid);
+            }
         }
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
-            .build((self.depth as u32 * 2).next_power_of_two())?;
+            .build((self.depth.max(1) as u32 * 2 + 2).next_power_of_two())?;
         let qid = u16::try_from(self.qid).map_err(|_| io::Error::other("too many CPUs"))?;
         let entries = (0..self.depth).map(|_| Entry::new(self.payload)).collect();
         let sink = Arc::new(EntrySink::default());
@@ -678,14 +805,27 @@ impl<FS: Filesystem> Plan<FS> {
             handle: CaptureSinkHandle::new(sink),
             small_req: Vec::with_capacity(HEAD_ROOM),
             ready: Vec::new(),
+            inbox: self.inbox,
+            helper: self.helper,
+            stream_min: if self.peer.is_some() {
+                self.stream_min
+            } else {
+                0
+            },
+            peer: self.peer,
+            wake_buf: Box::new([0; 8]),
         };
+        if server.peer.is_some() {
+            server.arm_wake()?;
+        }
         server.register(entries)?;
         Ok(server)
     }
 }
 
 /// Starts one server thread per queue on `dev` (a duplicate of the session's /dev/fuse
-/// descriptor), pinned to the queue's CPU and in SCHED_IDLE, with `cfg.depth` entries each.
+/// descriptor), pinned to the queue's CPU and in SCHED_IDLE, with `cfg.depth` entries each,
+/// and with `cfg.stream_min` > 0 a stream helper per queue on the next CPU ([`Inbox`]).
 /// Returns once every entry is registered, or the first error (the session then keeps using
 /// /dev/fuse: the kernel switches to the rings only when every queue has entries).
 pub fn start<FS: Filesystem>(
@@ -699,20 +839,54 @@ pub fn start<FS: Filesystem>(
     let (tx, rx) = mpsc::channel::<io::Result<()>>();
     let mut threads = Vec::new();
     let mut first_err = None;
+    // Stream helpers need another CPU to run on.
+    let helpers = cfg.stream_min > 0 && cfg.queues > 1;
     for qid in 0..cfg.queues {
+        let inbox = Arc::new(Inbox::new()?);
+        let helper_inbox = if helpers {
+            Some(Arc::new(Inbox::new()?))
+        } else {
+            None
+        };
         let plan = Plan {
             qid,
+            cpu: qid,
             depth: cfg.depth,
             payload: cfg.payload,
             dev: dev.clone(),
             dispatcher: dispatcher.clone(),
+            inbox: inbox.clone(),
+            peer: helper_inbox.clone(),
+            helper: false,
+            stream_min: cfg.stream_min,
         };
-        match spawn(format!("moafs-uring-{qid}"), plan, &stop, &tx, &on_fatal) {
-            Ok(t) => threads.push(t),
-            Err(e) => {
-                first_err.get_or_insert(e);
-                break;
+        let mut plans = vec![(format!("moafs-uring-{qid}"), plan)];
+        if let Some(helper_inbox) = helper_inbox {
+            let plan = Plan {
+                qid,
+                cpu: (qid + 1) % cfg.queues,
+                depth: 0,
+                payload: cfg.payload,
+                dev: dev.clone(),
+                dispatcher: dispatcher.clone(),
+                inbox: helper_inbox,
+                peer: Some(inbox),
+                helper: true,
+                stream_min: cfg.stream_min,
+            };
+            plans.push((format!("moafs-stream-{qid}"), plan));
+        }
+        for (name, plan) in plans {
+            match spawn(name, plan, &stop, &tx, &on_fatal) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    break;
+                }
             }
+        }
+        if first_err.is_some() {
+            break;
         }
     }
     drop(tx); // a thread that dies before reporting then ends the wait below
@@ -798,6 +972,18 @@ mod tests {
         assert_eq!(&req[..4], &len.to_ne_bytes());
         assert_eq!(&req[IN_HEADER_SZ..IN_HEADER_SZ + 16], &[0xAB; 16]);
         assert_eq!(&req[IN_HEADER_SZ + 16..], b"hello");
+    }
+
+    #[test]
+    fn large_reads_are_told_apart() {
+        let mut e = Entry::new(64);
+        e.header[4..8].copy_from_slice(&OP_READ.to_ne_bytes());
+        e.header[READ_SIZE_AT..READ_SIZE_AT + 4].copy_from_slice(&(256u32 << 10).to_ne_bytes());
+        assert!(e.large_read(256 << 10));
+        assert!(!e.large_read((256 << 10) + 1));
+        assert!(!e.large_read(0), "0: no stream helpers");
+        e.header[4..8].copy_from_slice(&16u32.to_ne_bytes()); // WRITE of the same size
+        assert!(!e.large_read(4096));
     }
 
     #[test]

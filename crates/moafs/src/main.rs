@@ -189,7 +189,7 @@ struct MountArgs {
     foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
     /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address, ro, direct,
-    /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, allow_other, default_permissions, nodefault_permissions,
+    /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     options: Vec<String>,
@@ -1040,6 +1040,9 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
                     Some("off") => UringMode::Off,
                     _ => return Err(format!("uring= takes auto or off, not {v:?}")),
                 }
+            }
+            "uring_stream_kb" => {
+                p.fuse.uring_stream_kb = num(k, v)?.min(1 << 20) as u32;
             }
             "read_ahead_kb" => p.fuse.read_ahead_kb = num(k, v)?.min(u32::MAX as u64) as u32,
             "allow_other" if v.is_none() => p.fuse.allow_other = true,

@@ -384,6 +384,22 @@ fn thread_switches(pid: i32, prefix: &str) -> Option<u64> {
     found
 }
 
+/// CPU time in ns of the daemon's threads whose name starts with `prefix` (schedstat).
+fn thread_cpu_ns(pid: i32, prefix: &str) -> Option<u64> {
+    let mut found = None;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let dir = task.ok()?.path();
+        let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+        let ns: u64 = stat.split_whitespace().next()?.parse().ok()?;
+        found = Some(found.unwrap_or(0) + ns);
+    }
+    found
+}
+
 #[test]
 fn io_uring_queues_serve_requests_when_the_kernel_offers_them() {
     if !can_mount() || !Path::new("/sys/module/fuse/parameters/enable_uring").exists() {
@@ -413,6 +429,95 @@ fn io_uring_queues_serve_requests_when_the_kernel_offers_them() {
     let m = Mounted::new(&img, &mnt, "uring=off");
     assert_eq!(thread_switches(m.pid, "moafs-uring-"), None);
     assert_eq!(fs::read(mnt.join("f7")).unwrap(), pattern(7 * 37, 7));
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+/// Drops the kernel's cached pages of `path` (clean after an fsync), so that the next read
+/// goes to the daemon.
+fn drop_page_cache(path: &Path) {
+    let f = fs::File::open(path).unwrap();
+    nix::fcntl::posix_fadvise(
+        std::os::fd::AsRawFd::as_raw_fd(&f),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .unwrap();
+}
+
+fn read_in_chunks(path: &Path, chunk: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut f = fs::File::open(path).unwrap();
+    let (mut out, mut buf) = (Vec::new(), vec![0u8; chunk]);
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn io_uring_stream_helpers_serve_large_reads_and_hand_back_the_rest() {
+    let cpus = fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    if !can_mount()
+        || !Path::new("/sys/module/fuse/parameters/enable_uring").exists()
+        || cpus.trim() == "0"
+    {
+        return; // helpers need FUSE over io_uring and a second CPU
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "256M");
+    let m = Mounted::new(&img, &mnt, "");
+    let big = mnt.join("big");
+    let data = pattern(48 << 20, 5);
+    write_file(&big, &data).unwrap();
+    let before = thread_cpu_ns(m.pid, "moafs-stream-")
+        .expect("no stream helper threads although io_uring is served on 2+ CPUs");
+    drop_page_cache(&big);
+    assert!(
+        read_in_chunks(&big, 1 << 20) == data,
+        "streamed read differs"
+    );
+    // Copying 48 MiB twice takes milliseconds; an idle helper wakes every 200 ms for µs.
+    let after = thread_cpu_ns(m.pid, "moafs-stream-").unwrap();
+    eprintln!(
+        "stream helpers' CPU time during the read: {} µs",
+        (after - before) / 1000
+    );
+    assert!(
+        after >= before + 2_000_000,
+        "stream helpers did not serve the readahead ({before} -> {after} ns on CPU)"
+    );
+    // Entries the helpers hold now get small requests of every kind: handed back and served.
+    for round in 0..3 {
+        for i in 0..100 {
+            let path = mnt.join(format!("s{i}"));
+            let want = pattern(i * 53 + round, (i + round) as u64);
+            fs::write(&path, &want).unwrap();
+            assert_eq!(fs::read(&path).unwrap(), want);
+            assert_eq!(fs::metadata(&path).unwrap().len(), want.len() as u64);
+        }
+        drop_page_cache(&big);
+        assert!(
+            read_in_chunks(&big, 4096) == data,
+            "read after small requests differs"
+        );
+    }
+    m.unmount();
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &mnt, "uring_stream_kb=0");
+    assert_eq!(
+        thread_switches(m.pid, "moafs-stream-"),
+        None,
+        "helpers although off"
+    );
+    drop_page_cache(&big);
+    assert!(read_in_chunks(&big, 1 << 20) == data);
     m.unmount();
     assert_fsck_clean(&img);
 }
