@@ -2,7 +2,9 @@
 # Issue-2 benchmark (not a test): Postmark FSL and 1 GiB sequential write/read on moafs (FUSE)
 # vs fuse2fs vs kernel ext4 on a loop device; all images in /dev/shm, same size, same run.
 # Usage: REPS=3 scripts/bench-foundation.sh   (prints a table; cleans up mounts and loops)
-# TARGETS= picks targets among moafs, moafs-devfuse (uring=off), ext4, fuse2fs.
+# TARGETS= picks targets among moafs, moafs-nostream (uring_stream_kb=0), moafs-devfuse
+# (uring=off), ext4, fuse2fs. WARM=MiB of memory touched and freed before each timed phase
+# (default 3000, 0 = off; see warm_memory in scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -18,6 +20,9 @@ setup_target() {
   case $1 in
     moafs) "$MOAFS" mkfs "$img" >/dev/null
            "$MOAFS" mount -o "pidfile=$work/pid" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
+    moafs-nostream) # moafs over io_uring without stream helpers
+           "$MOAFS" mkfs "$img" >/dev/null
+           "$MOAFS" mount -o "pidfile=$work/pid,uring_stream_kb=0" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
     moafs-devfuse) # moafs served over /dev/fuse instead of io_uring
            "$MOAFS" mkfs "$img" >/dev/null
            "$MOAFS" mount -o "pidfile=$work/pid,uring=off" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
@@ -46,8 +51,11 @@ quit
 PM
   secs postmark "$work/pm.cfg"
 }
-seqw() { secs dd if=/dev/zero of="$mnt/big" bs=1M count=1024 conv=fsync status=none; }
-seqr() { sync; echo 3 > /proc/sys/vm/drop_caches; secs dd if="$mnt/big" of=/dev/null bs=1M status=none; }
+seqw() { warm_memory; secs dd if=/dev/zero of="$mnt/big" bs=1M count=1024 conv=fsync status=none; }
+seqr() {
+  sync; echo 3 > /proc/sys/vm/drop_caches; warm_memory
+  secs dd if="$mnt/big" of=/dev/null bs=1M status=none
+}
 
 stats() { # mean min max of the numbers on stdin
   awk '{s+=$1; if(min==""||$1<min)min=$1; if($1>max)max=$1; n++} END{printf "%.2f %.2f %.2f %d", s/n, min, max, n}'
@@ -58,7 +66,7 @@ for t in $TARGETS; do : > "$work/$t.pm"; : > "$work/$t.sw"; : > "$work/$t.sr"; d
 # Targets take turns within each repetition, so that a noisy minute hits all of them.
 for r in $(seq 1 "$REPS"); do
   for t in $TARGETS; do
-    setup_target "$t"; postmark_once >> "$work/$t.pm"
+    setup_target "$t"; warm_memory; postmark_once >> "$work/$t.pm"
     if [ -n "$pid" ]; then awk '/VmHWM/{print $2}' "/proc/$pid/status" > "$work/$t.mem"; fi
     bench_teardown
     setup_target "$t"; seqw >> "$work/$t.sw"; seqr >> "$work/$t.sr"; bench_teardown
