@@ -475,8 +475,12 @@ struct Server<FS: Filesystem> {
     /// This thread is the stream helper: it keeps large READs and hands the rest back.
     helper: bool,
     stream_min: usize,
-    /// Where the armed eventfd read puts its 8 bytes.
-    wake_buf: Box<[u8; 8]>,
+    /// Where the armed eventfd read puts its 8 bytes; leaked, like the entries, because the
+    /// kernel may complete the read after this thread is gone.
+    wake_buf: &'static mut [u8; 8],
+    /// Entries of this queue still registered, whichever of its threads holds them: when the
+    /// kernel has refused the last one, the queue's callers would wait for ever.
+    live: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl<FS: Filesystem> Server<FS> {
@@ -628,8 +632,12 @@ impl<FS: Filesystem> Server<FS> {
 
     /// Serves the entries handed to this thread and re-arms the wake-up.
     fn take_handed(&mut self) -> io::Result<()> {
-        for entry in self.inbox.take() {
-            self.serve_commit(entry)?;
+        let mut handed = self.inbox.take().into_iter();
+        while let Some(entry) = handed.next() {
+            if let Err(e) = self.serve_commit(entry) {
+                handed.for_each(std::mem::forget); // still registered: never freed
+                return Err(e);
+            }
         }
         self.arm_wake()
     }
@@ -710,7 +718,7 @@ impl<FS: Filesystem> Server<FS> {
                             std::mem::forget(entry); // the kernel may still know its buffers
                         }
                     }
-                    if self.peer.is_none() && self.slots.iter().all(Option::is_none) {
+                    if self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
                         log::error!("io_uring queue {}: no entries left", self.qid);
                         return false;
                     }
@@ -765,6 +773,9 @@ struct Plan<FS: Filesystem> {
     cpu: usize,
     /// Entries to register (none for a stream helper, which gets them handed over).
     depth: usize,
+    /// Entries the queue has, all of which this thread may come to hold (ring size).
+    queue_depth: usize,
+    live: Arc<std::sync::atomic::AtomicUsize>,
     payload: usize,
     dev: Arc<OwnedFd>,
     dispatcher: Dispatcher<FS>,
@@ -791,7 +802,7 @@ impl<FS: Filesystem> Plan<FS> {
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
-            .build((self.depth.max(1) as u32 * 2 + 2).next_power_of_two())?;
+            .build((self.queue_depth.max(1) as u32 * 2 + 2).next_power_of_two())?;
         let qid = u16::try_from(self.qid).map_err(|_| io::Error::other("too many CPUs"))?;
         let entries = (0..self.depth).map(|_| Entry::new(self.payload)).collect();
         let sink = Arc::new(EntrySink::default());
@@ -813,12 +824,15 @@ impl<FS: Filesystem> Plan<FS> {
                 0
             },
             peer: self.peer,
-            wake_buf: Box::new([0; 8]),
+            wake_buf: Box::leak(Box::new([0; 8])),
+            live: self.live,
         };
+        server.register(entries)?;
+        // Armed after the registration, whose completions are not expected to include it;
+        // a hand-off meanwhile is kept by the eventfd's counter.
         if server.peer.is_some() {
             server.arm_wake()?;
         }
-        server.register(entries)?;
         Ok(server)
     }
 }
@@ -843,6 +857,7 @@ pub fn start<FS: Filesystem>(
     let helpers = cfg.stream_min > 0 && cfg.queues > 1;
     for qid in 0..cfg.queues {
         let inbox = Arc::new(Inbox::new()?);
+        let live = Arc::new(std::sync::atomic::AtomicUsize::new(cfg.depth));
         let helper_inbox = if helpers {
             Some(Arc::new(Inbox::new()?))
         } else {
@@ -852,6 +867,8 @@ pub fn start<FS: Filesystem>(
             qid,
             cpu: qid,
             depth: cfg.depth,
+            queue_depth: cfg.depth,
+            live: live.clone(),
             payload: cfg.payload,
             dev: dev.clone(),
             dispatcher: dispatcher.clone(),
@@ -866,6 +883,8 @@ pub fn start<FS: Filesystem>(
                 qid,
                 cpu: (qid + 1) % cfg.queues,
                 depth: 0,
+                queue_depth: cfg.depth,
+                live,
                 payload: cfg.payload,
                 dev: dev.clone(),
                 dispatcher: dispatcher.clone(),

@@ -364,40 +364,41 @@ fn populate_unmount_fsck_remount_identical_over_dev_fuse() {
     populate_unmount_fsck_remount("uring=off");
 }
 
-/// Context switches of the daemon's threads whose name starts with `prefix`.
-fn thread_switches(pid: i32, prefix: &str) -> Option<u64> {
+/// Sum of `value(task directory)` over the daemon's threads whose name starts with `prefix`;
+/// `None` when there is no such thread.
+fn sum_over_threads(pid: i32, prefix: &str, value: impl Fn(&Path) -> u64) -> Option<u64> {
     let mut found = None;
     for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
         let dir = task.ok()?.path();
         let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with(prefix) {
-            continue;
+        if comm.starts_with(prefix) {
+            found = Some(found.unwrap_or(0) + value(&dir));
         }
-        let status = fs::read_to_string(dir.join("status")).unwrap_or_default();
-        let n: u64 = status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches"))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .sum();
-        found = Some(found.unwrap_or(0) + n);
     }
     found
 }
 
+/// Context switches of the daemon's threads whose name starts with `prefix`.
+fn thread_switches(pid: i32, prefix: &str) -> Option<u64> {
+    sum_over_threads(pid, prefix, |dir| {
+        let status = fs::read_to_string(dir.join("status")).unwrap_or_default();
+        status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum()
+    })
+}
+
 /// CPU time in ns of the daemon's threads whose name starts with `prefix` (schedstat).
 fn thread_cpu_ns(pid: i32, prefix: &str) -> Option<u64> {
-    let mut found = None;
-    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let dir = task.ok()?.path();
-        let comm = fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if !comm.starts_with(prefix) {
-            continue;
-        }
+    sum_over_threads(pid, prefix, |dir| {
         let stat = fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
-        let ns: u64 = stat.split_whitespace().next()?.parse().ok()?;
-        found = Some(found.unwrap_or(0) + ns);
-    }
-    found
+        stat.split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 #[test]
@@ -476,6 +477,23 @@ fn io_uring_stream_helpers_serve_large_reads_and_hand_back_the_rest() {
     let big = mnt.join("big");
     let data = pattern(48 << 20, 5);
     write_file(&big, &data).unwrap();
+    // The helpers take READs of 256 KiB and more: readahead must be larger than the kernel's
+    // 128 KiB default, which the daemon raises from a thread shortly after mounting.
+    let dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&mnt).unwrap());
+    let ra = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    let ra_kb = || fs::read_to_string(&ra).ok()?.trim().parse::<u64>().ok();
+    let t0 = Instant::now();
+    while ra_kb().unwrap_or(0) < 256 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        ra_kb().unwrap_or(0) >= 256,
+        "{ra}: readahead not raised by the daemon"
+    );
     let before = thread_cpu_ns(m.pid, "moafs-stream-")
         .expect("no stream helper threads although io_uring is served on 2+ CPUs");
     drop_page_cache(&big);
