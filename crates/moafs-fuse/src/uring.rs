@@ -51,9 +51,11 @@ const OUT_HEADER_SZ: usize = 16;
 /// Head room in front of the payload: the in header and the per-opcode argument are copied
 /// there to rebuild the request in /dev/fuse format without moving the payload.
 const HEAD_ROOM: usize = IN_HEADER_SZ + OP_IN_SZ;
-/// `FUSE_READ`, and the offset of `fuse_read_in.size` in its argument.
+/// `FUSE_READ`, and the offsets of `fuse_read_in.size` and `.flags` (the file's open flags)
+/// in its argument.
 const OP_READ: u32 = 15;
 const READ_SIZE_AT: usize = IN_OUT_SZ + 16;
+const READ_FLAGS_AT: usize = IN_OUT_SZ + 32;
 /// `user_data` of the read armed on a server's wake-up eventfd (slots are small indices).
 const WAKE_UD: u64 = u64::MAX;
 /// Iovecs per registration (`FUSE_URING_IOV_SEGS`).
@@ -188,11 +190,16 @@ impl Entry {
         u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
     }
 
-    /// Whether the request in the entry is a READ of at least `min` bytes (`min` > 0).
+    /// Whether the request in the entry is a READ of at least `min` bytes (`min` > 0) into
+    /// the page cache — a stream's readahead, which the reader does not wait for as a whole.
+    /// An O_DIRECT read is a synchronous round trip for its caller: a hand-off to another CPU
+    /// only adds a wake-up there (1 GiB of 1 MiB O_DIRECT reads: 0.37–0.44 s handed off,
+    /// 0.29–0.36 s served on the caller's CPU).
     fn large_read(&self, min: usize) -> bool {
         min > 0
             && Entry::u32_at(&self.header, 4) == OP_READ
             && Entry::u32_at(&self.header, READ_SIZE_AT) as usize >= min
+            && Entry::u32_at(&self.header, READ_FLAGS_AT) & libc::O_DIRECT as u32 == 0
     }
 
     /// Rebuilds the request in /dev/fuse format in front of the payload; returns its range in
@@ -792,12 +799,11 @@ impl<FS: Filesystem> Plan<FS> {
         if let Err(e) = pin_to_cpu(self.cpu) {
             log::info!("io_uring queue {}: not pinned: {e}", self.qid);
         }
-        // The stream helper stays a normal thread: it works while its CPU's own tasks may
-        // want the CPU too, and the reader it serves runs on another CPU.
-        if !self.helper {
-            if let Err(e) = sched_idle() {
-                log::info!("io_uring queue {}: SCHED_IDLE refused: {e}", self.qid);
-            }
+        // SCHED_IDLE for the stream helper too: at normal priority it starved the SCHED_IDLE
+        // queue thread of the CPU it runs on, so small requests from that CPU took 2.2× as long
+        // beside a stream (`scripts/bench-stream-mix.sh`); the stream itself was not faster.
+        if let Err(e) = sched_idle() {
+            log::info!("io_uring queue {}: SCHED_IDLE refused: {e}", self.qid);
         }
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
@@ -1001,6 +1007,11 @@ mod tests {
         assert!(e.large_read(256 << 10));
         assert!(!e.large_read((256 << 10) + 1));
         assert!(!e.large_read(0), "0: no stream helpers");
+        let direct = libc::O_RDONLY as u32 | libc::O_DIRECT as u32;
+        e.header[READ_FLAGS_AT..READ_FLAGS_AT + 4].copy_from_slice(&direct.to_ne_bytes());
+        assert!(!e.large_read(4096), "O_DIRECT: served on the caller's CPU");
+        e.header[READ_FLAGS_AT..READ_FLAGS_AT + 4].copy_from_slice(&0u32.to_ne_bytes());
+        assert!(e.large_read(4096));
         e.header[4..8].copy_from_slice(&16u32.to_ne_bytes()); // WRITE of the same size
         assert!(!e.large_read(4096));
     }
