@@ -19,13 +19,10 @@ once() { # $1 = extra mount options; prints seconds
   "$MOAFS" mount -o "pidfile=$work/pid$1" "$img" "$mnt"; pid=$(cat "$work/pid")
   for _ in $(seq "$HOGS"); do (while :; do :; done) & hogs="$hogs $!"; done
   sleep 0.5
-  local s e
-  s=$(date +%s.%N)
-  for i in $(seq "$FILES"); do echo x > "$mnt/f$i"; done
-  cat "$mnt"/f* > /dev/null; rm "$mnt"/f*
-  e=$(date +%s.%N)
+  local t
+  t=$(small_files_secs "$mnt" "$FILES")
   stop_hogs; bench_teardown
-  echo "$e - $s" | bc
+  echo "$t"
 }
 
 : > "$work/uring"; : > "$work/devfuse"

@@ -24,13 +24,10 @@ once() { # $1 = extra mount options; prints "small-ops-seconds streamed-MiB"
   (while :; do dd if="$mnt/big" of=/dev/null bs=1M iflag=nocache status=none; echo 512 >> "$work/streamed"; done) &
   reader=$!
   sleep 0.5
-  local s e
-  s=$(date +%s.%N)
-  for i in $(seq "$FILES"); do echo x > "$mnt/f$i"; done
-  cat "$mnt"/f* > /dev/null; rm "$mnt"/f*
-  e=$(date +%s.%N)
+  local t
+  t=$(small_files_secs "$mnt" "$FILES")
   stop_reader; bench_teardown
-  echo "$(echo "$e - $s" | bc) $(awk '{s+=$1} END{print s+0}' "$work/streamed")"
+  echo "$t $(awk '{s+=$1} END{print s+0}' "$work/streamed")"
 }
 
 : > "$work/on"; : > "$work/off"

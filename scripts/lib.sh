@@ -51,3 +51,14 @@ warm_memory() {
   dd if=/dev/zero of=/dev/shm/moafs-warm bs=1M count="$mib" status=none
   rm -f /dev/shm/moafs-warm
 }
+
+# small_files_secs DIR N: creates N one-line files in DIR from this shell, reads them back and
+# deletes them; prints the seconds it took.
+small_files_secs() {
+  local dir=$1 n=$2 s e i
+  s=$(date +%s.%N)
+  for i in $(seq "$n"); do echo x > "$dir/f$i"; done
+  cat "$dir"/f* > /dev/null; rm "$dir"/f*
+  e=$(date +%s.%N)
+  echo "$e - $s" | bc
+}
