@@ -800,8 +800,8 @@ impl<FS: Filesystem> Plan<FS> {
             log::info!("io_uring queue {}: not pinned: {e}", self.qid);
         }
         // SCHED_IDLE for the stream helper too: at normal priority it starved the SCHED_IDLE
-        // queue thread of the CPU it runs on, so small requests from that CPU took 2.2× as long
-        // beside a stream (`scripts/bench-stream-mix.sh`); the stream itself was not faster.
+        // queue thread of the CPU it runs on, so small requests from that CPU took 3.7× as long
+        // beside a stream (`scripts/bench-stream-mix.sh`; 1.65× with SCHED_IDLE).
         if let Err(e) = sched_idle() {
             log::info!("io_uring queue {}: SCHED_IDLE refused: {e}", self.qid);
         }
