@@ -21,6 +21,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "moafs", version, about = "moafs: a user-space file system")]
 struct Cli {

@@ -9,6 +9,7 @@ use super::node::{max_file_blocks, CBlock};
 use super::{Inner, Timespec};
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
+use std::sync::Arc;
 
 impl Inner {
     /// Blocks that may still be promised to new dirty data.
@@ -80,7 +81,7 @@ impl Inner {
     fn load_block(&mut self, ino: u64, idx: u64) -> FsResult<Box<[u8]>> {
         let bs = self.bs();
         if let Some(cb) = self.inode(ino)?.cache.get(&idx) {
-            let data = cb.data.clone();
+            let data = Box::from(&cb.data[..]);
             self.counters.cache_hits += 1;
             return Ok(data);
         }
@@ -96,7 +97,7 @@ impl Inner {
     }
 
     /// Puts `data` as the new dirty contents of block `idx`.
-    fn put_dirty(&mut self, ino: u64, idx: u64, data: Box<[u8]>, reserved: bool) -> FsResult<()> {
+    fn put_dirty(&mut self, ino: u64, idx: u64, data: Arc<[u8]>, reserved: bool) -> FsResult<()> {
         self.clock += 1;
         let clock = self.clock;
         let node = self.inode(ino)?;
@@ -156,27 +157,30 @@ impl Inner {
         }
         let first = offset / bs;
         let last = (end - 1) / bs;
-        let mut need = 0;
+        // Which blocks need a reservation (dirtied without a disk address), found once.
+        let mut newly = Vec::with_capacity((last - first + 1) as usize);
         for idx in first..=last {
-            if self.needs_reservation(ino, idx)? {
-                need += 1;
-            }
+            newly.push(self.needs_reservation(ino, idx)?);
         }
+        let need = newly.iter().filter(|n| **n).count() as u64;
         self.reserve_for(ino, last, need)?;
         let size = self.inode(ino)?.d.size;
-        for idx in first..=last {
+        for (idx, newly) in (first..=last).zip(newly) {
             let bstart = idx * bs;
             let lo = offset.max(bstart);
             let hi = end.min(bstart + bs);
-            let full = lo == bstart && hi == bstart + bs;
-            let mut buf = if full || bstart >= size {
-                vec![0u8; bs as usize].into_boxed_slice()
-            } else {
-                self.load_block(ino, idx)?
-            };
             let src = &data[(lo - offset) as usize..(hi - offset) as usize];
-            buf[(lo - bstart) as usize..(hi - bstart) as usize].copy_from_slice(src);
-            let newly = self.needs_reservation(ino, idx)?;
+            let buf: Arc<[u8]> = if lo == bstart && hi == bstart + bs {
+                Arc::from(src) // a whole block: one copy, straight from the request
+            } else {
+                let mut buf = if bstart >= size {
+                    vec![0u8; bs as usize].into_boxed_slice()
+                } else {
+                    self.load_block(ino, idx)?
+                };
+                buf[(lo - bstart) as usize..(hi - bstart) as usize].copy_from_slice(src);
+                Arc::from(buf)
+            };
             self.put_dirty(ino, idx, buf, newly)?;
         }
         let now = Timespec::now().pair();
@@ -345,7 +349,7 @@ impl Inner {
                 buf[(new_size % bs) as usize..].fill(0);
                 let newly = self.needs_reservation(ino, idx)?;
                 self.reserve_for(ino, idx, newly as u64)?;
-                self.put_dirty(ino, idx, buf, newly)?;
+                self.put_dirty(ino, idx, Arc::from(buf), newly)?;
             }
         }
         let node = self.inode(ino)?;
@@ -387,7 +391,7 @@ impl Inner {
         let last = holes.last().copied().unwrap_or(0);
         self.reserve_for(ino, last, holes.len() as u64)?;
         for idx in holes {
-            self.put_dirty(ino, idx, vec![0u8; bs as usize].into_boxed_slice(), true)?;
+            self.put_dirty(ino, idx, Arc::from(vec![0u8; bs as usize]), true)?;
         }
         let now = Timespec::now().pair();
         let node = self.inode(ino)?;
@@ -421,7 +425,7 @@ impl Inner {
                 buf[(pos - bstart) as usize..(hi - bstart) as usize].fill(0);
                 let newly = self.needs_reservation(ino, idx)?;
                 self.reserve_for(ino, idx, newly as u64)?;
-                self.put_dirty(ino, idx, buf, newly)?;
+                self.put_dirty(ino, idx, Arc::from(buf), newly)?;
             }
             pos = hi;
         }

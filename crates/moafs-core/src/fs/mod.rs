@@ -29,7 +29,7 @@ use crate::error::{FsError, FsResult};
 use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, STATE_MOUNTED};
 use alloc::{Allocator, Group};
 use node::{IndBlock, Inode};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
@@ -145,13 +145,13 @@ impl Fs {
             txn_data_budget: 0,
             replaced_by_rename: false,
             dirty_order: Vec::new(),
-            cw_goal: HashMap::new(),
+            cw_goal: HashMap::default(),
             order_data_once: false,
             meta_reserved: 0,
-            inodes: HashMap::new(),
-            itable: HashMap::new(),
-            ind: HashMap::new(),
-            dead: HashMap::new(),
+            inodes: HashMap::default(),
+            itable: HashMap::default(),
+            ind: HashMap::default(),
+            dead: HashMap::default(),
             reserved: 0,
             cached_blocks: 0,
             dirty_blocks: 0,

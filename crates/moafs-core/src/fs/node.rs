@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 /// A cached file block.
 pub(crate) struct CBlock {
-    pub data: Box<[u8]>,
+    /// Never changed in place: a new version is a new buffer, so write-behind can write a
+    /// snapshot outside the engine lock (`Fs::write_behind`).
+    pub data: std::sync::Arc<[u8]>,
     pub dirty: bool,
     /// A block was reserved for it (it had no disk address when it became dirty).
     pub reserved: bool,
