@@ -64,6 +64,10 @@ pub struct MountConfig {
     pub read_ahead_kb: u32,
     /// Share of dirty memory the mount may hold, in percent (0: kernel default, 1 % for FUSE).
     pub bdi_max_ratio: u32,
+    /// Keep the kernel's strict per-mount dirty limit, which FUSE sets (`bdi_strict=1`); off
+    /// by default: the writer is then throttled like one on a kernel file system, by the
+    /// global dirty limits (`max_ratio` still bounds the mount's share).
+    pub bdi_strict_limit: bool,
     /// Poll the FUSE device while requests keep coming, until this long without one
     /// (`poll_ms=`; zero: always sleep in `read()`). See [`poll`].
     pub poll_window: Duration,
@@ -87,6 +91,7 @@ impl Default for MountConfig {
             fsname: "moafs".to_string(),
             read_ahead_kb: 1024,
             bdi_max_ratio: 20,
+            bdi_strict_limit: false,
             poll_window: Duration::from_millis(5),
             uring: UringMode::Auto,
             uring_stream_kb: 256,
@@ -869,6 +874,35 @@ impl Ticker {
     }
 }
 
+/// The write-behind thread (`Fs::write_behind_worker`): writes new blocks of large files
+/// between commits, outside the engine lock. Stopped and joined when dropped.
+struct WriteBehind {
+    fs: Arc<Fs>,
+    handle: Option<thread::JoinHandle<()>>,
+}
+
+impl WriteBehind {
+    fn start(fs: Arc<Fs>) -> io::Result<WriteBehind> {
+        let f = fs.clone();
+        let handle = thread::Builder::new()
+            .name("moafs-behind".into())
+            .spawn(move || f.write_behind_worker())?;
+        Ok(WriteBehind {
+            fs,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for WriteBehind {
+    fn drop(&mut self) {
+        self.fs.stop_write_behind();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 impl Drop for Ticker {
     fn drop(&mut self) {
         let (lock, cv) = &*self.stop;
@@ -1017,6 +1051,10 @@ fn tune_bdi(mountpoint: &Path, cfg: &MountConfig) {
             log::info!("cannot set {bdi}/{file} to {value}: {e}");
         }
     }
+    let strict = u8::from(cfg.bdi_strict_limit);
+    if let Err(e) = std::fs::write(format!("{bdi}/strict_limit"), strict.to_string()) {
+        log::info!("cannot set {bdi}/strict_limit to {strict}: {e}");
+    }
 }
 
 /// Aborts the FUSE connection of the mount at `mountpoint` through the fusectl file system
@@ -1117,6 +1155,7 @@ pub fn mount_blocking(
             .spawn(move || tune_bdi(&mp, &cfg))?;
     }
     let ticker = Ticker::start(fs.clone())?;
+    let behind = WriteBehind::start(fs.clone())?;
     let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;
     log::info!("mounted on {}", mountpoint.display());
     // Ends the session from an io_uring queue that can no longer be served: abort the FUSE
@@ -1161,6 +1200,7 @@ pub fn mount_blocking(
     });
     drop(poller);
     drop(watcher);
+    drop(behind);
     drop(ticker);
     // `destroy` has normally done this already; later calls do nothing.
     let unmounted = fs.unmount();

@@ -994,6 +994,7 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
         match k {
             "cache_size" => p.engine.cache_bytes = size(k, v)?,
             "dirty_max" => p.engine.dirty_bytes_max = size(k, v)?,
+            "write_behind" => p.engine.write_behind_bytes = size(k, v)?,
             "cowrite" => {
                 p.engine.cowrite = match v {
                     Some("on") => true,
@@ -1048,6 +1049,13 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
                 p.fuse.uring_stream_kb = num(k, v)?.min(1 << 20) as u32;
             }
             "read_ahead_kb" => p.fuse.read_ahead_kb = num(k, v)?.min(u32::MAX as u64) as u32,
+            "bdi_strict" => {
+                p.fuse.bdi_strict_limit = match v {
+                    Some("0") => false,
+                    Some("1") => true,
+                    _ => return Err(format!("bdi_strict= takes 0 or 1, not {v:?}")),
+                }
+            }
             "allow_other" if v.is_none() => p.fuse.allow_other = true,
             "default_permissions" if v.is_none() => p.fuse.default_permissions = true,
             "nodefault_permissions" if v.is_none() => p.fuse.default_permissions = false,

@@ -540,6 +540,73 @@ fn io_uring_stream_helpers_serve_large_reads_and_hand_back_the_rest() {
     assert_fsck_clean(&img);
 }
 
+/// The engine counter `name` from a `stats=` file written at unmount.
+fn stat_counter(stats: &Path, name: &str) -> u64 {
+    let text = fs::read_to_string(stats).expect("stats file written at unmount");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("stats JSON");
+    v["engine"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no engine counter {name} in {text}"))
+}
+
+#[test]
+fn write_behind_writes_large_files_between_commits() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let stats = tmp.path().join("stats.json");
+    mkfs(&img, "256M");
+    let data = pattern(48 << 20, 9);
+    let opts = format!("stats={}", p(&stats));
+    // The daemon lifts FUSE's strict per-mount dirty limit (bdi_strict=1 keeps it), from a
+    // thread shortly after mounting.
+    let expect_strict = |want: &str| {
+        let dev = fs::metadata(&mnt).unwrap().dev();
+        let strict = format!(
+            "/sys/class/bdi/{}:{}/strict_limit",
+            nix::sys::stat::major(dev),
+            nix::sys::stat::minor(dev)
+        );
+        if !Path::new(&strict).exists() {
+            return; // a kernel before 6.2
+        }
+        let t0 = Instant::now();
+        while fs::read_to_string(&strict).unwrap().trim() != want
+            && t0.elapsed() < Duration::from_secs(10)
+        {
+            sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            fs::read_to_string(&strict).unwrap().trim(),
+            want,
+            "{strict}"
+        );
+    };
+    let m = Mounted::new(&img, &mnt, &opts);
+    expect_strict("0");
+    write_file(&mnt.join("big"), &data).unwrap();
+    m.unmount();
+    let behind = stat_counter(&stats, "written_behind");
+    let written = stat_counter(&stats, "data_blocks_written");
+    eprintln!("write-behind wrote {behind} of {written} data blocks");
+    assert!(behind > 0, "nothing written behind for a 48 MiB file");
+    assert!(behind <= written);
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &mnt, &format!("{opts},write_behind=0,bdi_strict=1"));
+    expect_strict("1");
+    assert!(
+        fs::read(mnt.join("big")).unwrap() == data,
+        "contents after remount"
+    );
+    write_file(&mnt.join("big2"), &data).unwrap();
+    m.unmount();
+    assert_eq!(stat_counter(&stats, "written_behind"), 0, "write_behind=0");
+    assert_fsck_clean(&img);
+}
+
 fn populate_unmount_fsck_remount(opts: &str) {
     if !can_mount() {
         return;

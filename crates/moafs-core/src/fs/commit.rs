@@ -68,6 +68,12 @@ impl Inner {
         if self.failed {
             return Err(FsError::ReadOnly);
         }
+        // No write-behind writes while a commit runs (see `behind.rs`).
+        let io = self.wb_io.clone();
+        let _io = io.lock().unwrap_or_else(|e| e.into_inner());
+        if self.failed {
+            return Err(FsError::ReadOnly); // write-behind failed while we waited
+        }
         let r = self.commit_inner();
         if r.is_err() {
             self.failed = true;
@@ -137,10 +143,13 @@ impl Inner {
         };
         self.replaced_by_rename = false;
         self.order_data_once = false;
-        if order_data && self.journal.is_some() && self.counters.data_blocks_written > data_before {
-            // Data in place before any metadata that points at it.
+        let wrote_data = self.counters.data_blocks_written > data_before || self.wb_unflushed;
+        if order_data && self.journal.is_some() && wrote_data {
+            // Data in place (also what write-behind wrote) before any metadata that points
+            // at it.
             self.flush_dev()?;
         }
+        self.wb_unflushed = false;
         // Every promised metadata block has its address now.
         self.meta_reserved = 0;
         for node in self.inodes.values_mut() {
@@ -156,6 +165,7 @@ impl Inner {
             self.alloc.release_pending();
         }
         self.last_commit = Instant::now();
+        self.rearm_write_behind();
         self.evict();
         self.forget_idle_inodes();
         Ok(())
@@ -177,6 +187,16 @@ impl Inner {
             .filter(|(_, c)| c.dirty)
             .map(|(i, _)| *i)
             .collect();
+        self.place_blocks(ino, dirty)
+    }
+
+    /// Gives the listed logical blocks of `ino` (ascending) an address, allocating for those
+    /// without one: (physical, logical, had an address before) sorted by physical address.
+    pub(super) fn place_blocks(
+        &mut self,
+        ino: u64,
+        dirty: Vec<u64>,
+    ) -> FsResult<Vec<(u64, u64, bool)>> {
         // (physical, logical, overwrite: the block had an address before this commit)
         let mut placed: Vec<(u64, u64, bool)> = Vec::with_capacity(dirty.len());
         let mut k = 0;

@@ -8,11 +8,13 @@
 //! Lock order: `Fs::inner` (the engine lock), then `Inner::io_gate` (a reader/writer gate that
 //! lets device reads of `Fs::read` run outside the engine lock while no commit can make their
 //! blocks reusable); device implementations have their own internal locks, taken last.
-//! Write-back performs I/O while holding the engine lock: a simple, correct first version on a
-//! 2-core target; finer locking is future work.
+//! Commits perform their I/O while holding the engine lock; write-behind (`behind.rs`) writes
+//! the new blocks of large files between commits outside it, holding `Inner::wb_io`, which
+//! every commit takes after the engine lock and before `io_gate`.
 
 mod alloc;
 pub(crate) use alloc::free_extents;
+mod behind;
 mod commit;
 mod cowrite;
 mod data;
@@ -76,11 +78,19 @@ pub(crate) struct Inner {
     /// Co-writing moved overwritten data since the last commit: order data before metadata
     /// in this commit whatever the journal mode.
     pub order_data_once: bool,
+    /// Held by write-behind's device writes (outside the engine lock) and by every commit.
+    /// Lock order: `Fs::inner`, then `wb_io`, then `io_gate`.
+    pub wb_io: Arc<Mutex<()>>,
+    /// Write-behind wrote data since the last commit: the commit flushes before metadata.
+    pub wb_unflushed: bool,
+    /// Dirty blocks at which the next write-behind starts.
+    pub wb_mark: u64,
 }
 
 /// A mounted moafs.
 pub struct Fs {
     inner: Mutex<Inner>,
+    wb: behind::WbSignal,
 }
 
 impl Fs {
@@ -162,7 +172,11 @@ impl Fs {
             failed: false,
             unmounted: false,
             io_gate: Arc::new(RwLock::new(())),
+            wb_io: Arc::new(Mutex::new(())),
+            wb_unflushed: false,
+            wb_mark: 0,
         };
+        inner.rearm_write_behind();
         let unclean = inner.sb.state != STATE_CLEAN;
         if unclean && inner.journal.is_none() {
             log::warn!("file system was not cleanly unmounted; run `moafs fsck` to check it");
@@ -186,6 +200,7 @@ impl Fs {
         }
         Ok(Fs {
             inner: Mutex::new(inner),
+            wb: behind::WbSignal::default(),
         })
     }
 
@@ -331,7 +346,14 @@ impl Fs {
         Ok(plan.out)
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
-        self.lock().write(ino, offset, data)
+        let mut g = self.lock();
+        let n = g.write(ino, offset, data)?;
+        let wake = g.wants_write_behind();
+        drop(g);
+        if wake {
+            self.wake_write_behind();
+        }
+        Ok(n)
     }
     /// `mode`: 0, `FALLOC_FL_KEEP_SIZE`, or `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> FsResult<()> {

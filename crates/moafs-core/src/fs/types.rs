@@ -209,6 +209,12 @@ pub struct MountOptions {
     /// commit; the default) or in the order files became dirty (`wb_order=dirty`: FFS's
     /// syncer as paper 000 describes it, the baseline of its experiments).
     pub wb_sorted: bool,
+    /// Write-behind: once this much data is dirty, a background thread that calls
+    /// [`Fs::write_behind_worker`](super::Fs::write_behind_worker) writes the new blocks of
+    /// large files to the device outside the engine lock (0: off). Only a thread started by
+    /// the user of `Fs` (the FUSE adapter starts one) does this; in-process users without it
+    /// see no difference.
+    pub write_behind_bytes: u64,
 }
 
 impl MountOptions {
@@ -255,6 +261,7 @@ impl Default for MountOptions {
             cowrite: true,
             cowrite_max: 128 << 10,
             wb_sorted: true,
+            write_behind_bytes: 16 << 20,
         }
     }
 }
@@ -266,6 +273,8 @@ pub struct EngineCounters {
     pub commits: u64,
     pub data_blocks_written: u64,
     pub data_write_ios: u64,
+    /// Of `data_blocks_written`, those written by write-behind (between commits).
+    pub written_behind: u64,
     pub meta_blocks_written: u64,
     pub data_blocks_read: u64,
     pub cache_hits: u64,
@@ -302,6 +311,7 @@ impl EngineCounters {
                 .data_blocks_written
                 .saturating_sub(e.data_blocks_written),
             data_write_ios: self.data_write_ios.saturating_sub(e.data_write_ios),
+            written_behind: self.written_behind.saturating_sub(e.written_behind),
             meta_blocks_written: self
                 .meta_blocks_written
                 .saturating_sub(e.meta_blocks_written),

@@ -1,0 +1,222 @@
+//! Write-behind: the new blocks of large files go to the device between commits, outside
+//! the engine lock, while the FUSE threads go on filling the cache.
+//!
+//! A commit writes its data under the engine lock, so without write-behind every incoming
+//! WRITE waits while a commit's tens of MiB go to the device. Write-behind splits off the
+//! part that needs no lock: (A) under the lock, the dirty whole blocks without a disk address
+//! of files larger than the direct blocks (never co-written) get their addresses as a commit
+//! would give them (`place_blocks`), and their buffers are snapshotted (an `Arc` each: cached
+//! bytes are never changed in place); (B) with the lock released, they are written in
+//! physically contiguous vectored runs; (C) under the lock again, each block that is still
+//! dirty with the same buffer at the same address is marked clean.
+//!
+//! Why it is safe:
+//! - Nothing on disk points at the new addresses until a commit writes the metadata, and
+//!   `wb_unflushed` makes that commit flush the device before its metadata (journal=ordered),
+//!   as for data it wrote itself. Overwrites of blocks that already had an address are left to
+//!   the commit (journal=ordered journals them); with journal=data nothing is written behind.
+//! - (B) holds `wb_io`, which every commit takes first (lock order: engine lock, `wb_io`,
+//!   `io_gate`): no commit runs while (B) writes, so no block freed meanwhile becomes
+//!   reusable (frees become allocatable only at the end of a commit) and no commit writes the
+//!   same block concurrently. (A) takes `wb_io` before it releases the engine lock.
+//! - Blocks stay dirty until (C), so eviction cannot drop one whose bytes are not yet on the
+//!   device; a block rewritten during (B) has a new buffer and stays dirty for the commit.
+//! - A failed device write turns the file system read-only, as a failed commit does.
+
+use super::{Fs, Inner, JournalMode};
+use crate::error::FsResult;
+use crate::format::N_DIRECT;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// One physically contiguous run to write: its first block and (inode, logical block, bytes).
+pub(crate) struct WbRun {
+    phys: u64,
+    blocks: Vec<(u64, u64, Arc<[u8]>)>,
+}
+
+/// Longest vectored request of write-behind, in blocks (as `write_runs`).
+const MAX_RUN: usize = 256;
+
+impl Inner {
+    /// Whether dirty data has reached the next write-behind mark.
+    pub(crate) fn wants_write_behind(&self) -> bool {
+        self.opts.write_behind_bytes > 0 && self.dirty_blocks >= self.wb_mark
+    }
+
+    /// The next write-behind starts once this much more data is dirty.
+    pub(crate) fn rearm_write_behind(&mut self) {
+        let step = (self.opts.write_behind_bytes / self.bs() as u64).max(1);
+        self.wb_mark = self.dirty_blocks + step;
+    }
+
+    /// (A): places the eligible blocks and snapshots them, as runs.
+    fn plan_write_behind(&mut self) -> FsResult<Vec<WbRun>> {
+        let mut runs = Vec::new();
+        if self.opts.write_behind_bytes == 0
+            || self.opts.read_only
+            || self.failed
+            || self.unmounted
+            || self.opts.journal == JournalMode::Data
+        {
+            return Ok(runs);
+        }
+        let bs = self.bs() as u64;
+        let mut files = self.dirty_order.clone();
+        files.sort_unstable();
+        files.dedup();
+        for ino in files {
+            let Some(node) = self.inodes.get(&ino) else {
+                continue;
+            };
+            let size = node.d.size;
+            if node.dirty_blocks == 0
+                || node.kind_mode() != libc::S_IFREG
+                || size <= N_DIRECT as u64 * bs
+            {
+                continue;
+            }
+            // Whole blocks inside the file (a partial last block is likely to be written
+            // again), dirty, without an address yet.
+            let candidates: Vec<u64> = node
+                .cache
+                .range(..size / bs)
+                .filter(|(_, c)| c.dirty)
+                .map(|(i, _)| *i)
+                .collect();
+            let mut fresh = Vec::with_capacity(candidates.len());
+            for idx in candidates {
+                if self.bmap(ino, idx)? == 0 {
+                    fresh.push(idx);
+                }
+            }
+            if fresh.is_empty() {
+                continue;
+            }
+            let placed = self.place_blocks(ino, fresh)?;
+            let node = &self.inodes[&ino];
+            for (phys, idx, _) in placed {
+                let data = node.cache[&idx].data.clone();
+                match runs.last_mut() {
+                    Some(WbRun { phys: p, blocks })
+                        if *p + blocks.len() as u64 == phys && blocks.len() < MAX_RUN =>
+                    {
+                        blocks.push((ino, idx, data));
+                    }
+                    _ => runs.push(WbRun {
+                        phys,
+                        blocks: vec![(ino, idx, data)],
+                    }),
+                }
+            }
+        }
+        Ok(runs)
+    }
+
+    /// (C): marks clean what (B) wrote and nothing has changed since; returns how many.
+    fn finish_write_behind(&mut self, runs: &[WbRun]) -> FsResult<u64> {
+        let mut cleaned = 0;
+        for run in runs {
+            for (k, (ino, idx, data)) in run.blocks.iter().enumerate() {
+                let unchanged = self
+                    .inodes
+                    .get(ino)
+                    .and_then(|n| n.cache.get(idx))
+                    .is_some_and(|c| c.dirty && Arc::ptr_eq(&c.data, data));
+                if !unchanged || self.bmap(*ino, *idx)? != run.phys + k as u64 {
+                    continue;
+                }
+                let node = self.inode(*ino)?;
+                if let Some(c) = node.cache.get_mut(idx) {
+                    c.dirty = false;
+                    node.dirty_blocks -= 1;
+                    self.dirty_blocks -= 1;
+                    cleaned += 1;
+                }
+            }
+        }
+        self.counters.data_write_ios += runs.len() as u64;
+        self.counters.data_blocks_written += cleaned;
+        self.counters.written_behind += cleaned;
+        if cleaned > 0 {
+            self.wb_unflushed = true;
+        }
+        self.rearm_write_behind();
+        Ok(cleaned)
+    }
+}
+
+impl Fs {
+    /// One round of write-behind (see the module comment): returns the blocks written and
+    /// marked clean. Needs no thread of its own; [`Fs::write_behind_worker`] calls it.
+    pub fn write_behind(&self) -> FsResult<u64> {
+        let mut g = self.lock();
+        let runs = g.plan_write_behind()?;
+        if runs.is_empty() {
+            g.rearm_write_behind();
+            return Ok(0);
+        }
+        let io = g.wb_io.clone();
+        let guard = io.lock().unwrap_or_else(|e| e.into_inner());
+        let (dev, bs) = (g.dev.clone(), g.bs() as u64);
+        drop(g);
+        let mut written = Ok(());
+        for run in &runs {
+            let bufs: Vec<&[u8]> = run.blocks.iter().map(|b| &b.2[..]).collect();
+            if let Err(e) = dev.writev_at(run.phys * bs, &bufs) {
+                written = Err(e);
+                break;
+            }
+        }
+        // Released before the engine lock is taken again (lock order: engine, then wb_io).
+        drop(guard);
+        let mut g = self.lock();
+        if let Err(e) = written {
+            g.failed = true;
+            return Err(e.into());
+        }
+        g.finish_write_behind(&runs)
+    }
+
+    /// Runs write-behind whenever writes pass the mark, until [`Fs::stop_write_behind`].
+    /// The FUSE adapter gives it a thread of its own.
+    pub fn write_behind_worker(&self) {
+        loop {
+            {
+                let mut stop = self.wb.stop.lock().unwrap_or_else(|e| e.into_inner());
+                while !*stop && !self.wb.wanted.load(Ordering::Acquire) {
+                    stop = self.wb.cv.wait(stop).unwrap_or_else(|e| e.into_inner());
+                }
+                if *stop {
+                    return;
+                }
+                self.wb.wanted.store(false, Ordering::Release);
+            }
+            if let Err(e) = self.write_behind() {
+                log::error!("write-behind: {e}");
+            }
+        }
+    }
+
+    /// Ends [`Fs::write_behind_worker`] (a round in progress finishes first).
+    pub fn stop_write_behind(&self) {
+        *self.wb.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.wb.cv.notify_all();
+    }
+
+    /// Wakes the worker (cheap when it is already awake).
+    pub(crate) fn wake_write_behind(&self) {
+        if !self.wb.wanted.swap(true, Ordering::AcqRel) {
+            let _stop = self.wb.stop.lock().unwrap_or_else(|e| e.into_inner());
+            self.wb.cv.notify_one();
+        }
+    }
+}
+
+/// The worker's wake-up: `wanted` is set by writes that pass the mark.
+#[derive(Default)]
+pub(crate) struct WbSignal {
+    wanted: std::sync::atomic::AtomicBool,
+    stop: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
