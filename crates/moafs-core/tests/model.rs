@@ -26,6 +26,8 @@ enum Op {
     Link(usize, usize),
     Remount,
     Sync,
+    /// A round of write-behind (the new blocks of large files written between commits).
+    WriteBehind,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -43,6 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         (p.clone(), p.clone()).prop_map(|(a, b)| Op::Link(a, b)),
         Just(Op::Remount),
         Just(Op::Sync),
+        Just(Op::WriteBehind),
     ]
 }
 
@@ -313,6 +316,9 @@ fn run(ops: Vec<Op>) {
                 real.fs = Some(mount(&real.dev));
             }
             Op::Sync => real.fs().sync().unwrap(),
+            Op::WriteBehind => {
+                real.fs().write_behind().unwrap();
+            }
         }
     }
     // the whole tree agrees at the end

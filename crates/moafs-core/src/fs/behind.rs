@@ -8,7 +8,9 @@
 //! would give them (`place_blocks`), and their buffers are snapshotted (an `Arc` each: cached
 //! bytes are never changed in place); (B) with the lock released, they are written in
 //! physically contiguous vectored runs; (C) under the lock again, each block that is still
-//! dirty with the same buffer at the same address is marked clean.
+//! dirty with the same buffer at the same address leaves the cache (the kernel's page cache
+//! holds the pages; the engine's cache would only be a second copy) and its buffer is kept
+//! for new blocks.
 //!
 //! Why it is safe:
 //! - Nothing on disk points at the new addresses until a commit writes the metadata, and
@@ -21,6 +23,7 @@
 //!   same block concurrently. (A) takes `wb_io` before it releases the engine lock.
 //! - Blocks stay dirty until (C), so eviction cannot drop one whose bytes are not yet on the
 //!   device; a block rewritten during (B) has a new buffer and stays dirty for the commit.
+//!   After (C) a read of a dropped block finds its address and the bytes (B) wrote there.
 //! - A failed device write turns the file system read-only, as a failed commit does.
 
 use super::{Fs, Inner, JournalMode};
@@ -113,36 +116,41 @@ impl Inner {
         Ok(runs)
     }
 
-    /// (C): marks clean what (B) wrote and nothing has changed since; returns how many.
-    fn finish_write_behind(&mut self, runs: &[WbRun]) -> FsResult<u64> {
-        let mut cleaned = 0;
+    /// (C): drops from the cache what (B) wrote and nothing has changed since (the kernel's
+    /// page cache holds those pages; a later read or partial write reads the block back), and
+    /// keeps the buffers for new blocks; returns how many.
+    fn finish_write_behind(&mut self, runs: Vec<WbRun>) -> FsResult<u64> {
+        let mut done = 0;
+        let ios = runs.len() as u64;
         for run in runs {
-            for (k, (ino, idx, data)) in run.blocks.iter().enumerate() {
+            for (k, (ino, idx, data)) in run.blocks.into_iter().enumerate() {
                 let unchanged = self
                     .inodes
-                    .get(ino)
-                    .and_then(|n| n.cache.get(idx))
-                    .is_some_and(|c| c.dirty && Arc::ptr_eq(&c.data, data));
-                if !unchanged || self.bmap(*ino, *idx)? != run.phys + k as u64 {
+                    .get(&ino)
+                    .and_then(|n| n.cache.get(&idx))
+                    .is_some_and(|c| c.dirty && Arc::ptr_eq(&c.data, &data));
+                drop(data); // the snapshot: the cache's reference is the last one now
+                if !unchanged || self.bmap(ino, idx)? != run.phys + k as u64 {
                     continue;
                 }
-                let node = self.inode(*ino)?;
-                if let Some(c) = node.cache.get_mut(idx) {
-                    c.dirty = false;
+                let node = self.inode(ino)?;
+                if let Some(c) = node.cache.remove(&idx) {
                     node.dirty_blocks -= 1;
                     self.dirty_blocks -= 1;
-                    cleaned += 1;
+                    self.cached_blocks -= 1;
+                    super::data::recycle(&mut self.spare, self.spare_max, c.data);
+                    done += 1;
                 }
             }
         }
-        self.counters.data_write_ios += runs.len() as u64;
-        self.counters.data_blocks_written += cleaned;
-        self.counters.written_behind += cleaned;
-        if cleaned > 0 {
+        self.counters.data_write_ios += ios;
+        self.counters.data_blocks_written += done;
+        self.counters.written_behind += done;
+        if done > 0 {
             self.wb_unflushed = true;
         }
         self.rearm_write_behind();
-        Ok(cleaned)
+        Ok(done)
     }
 }
 
@@ -175,7 +183,7 @@ impl Fs {
             g.failed = true;
             return Err(e.into());
         }
-        g.finish_write_behind(&runs)
+        g.finish_write_behind(runs)
     }
 
     /// Runs write-behind whenever writes pass the mark, until [`Fs::stop_write_behind`].

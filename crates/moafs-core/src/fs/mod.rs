@@ -85,6 +85,10 @@ pub(crate) struct Inner {
     pub wb_unflushed: bool,
     /// Dirty blocks at which the next write-behind starts.
     pub wb_mark: u64,
+    /// Buffers of blocks that left the cache, kept for new contents (`data.rs`, `recycle`),
+    /// at most `spare_max` (a quarter of the cache bound).
+    pub spare: Vec<Arc<[u8]>>,
+    pub spare_max: usize,
 }
 
 /// A mounted moafs.
@@ -139,6 +143,7 @@ impl Fs {
         }
         let run_cap = opts.cowrite.then(|| opts.cowrite_blocks(geo.block_size));
         let groups = load_groups(dev.as_ref(), &geo, run_cap)?;
+        let opts_cache_blocks = opts.cache_bytes / geo.block_size as u64;
         let mut inner = Inner {
             dev,
             sb: sb.clone(),
@@ -175,6 +180,8 @@ impl Fs {
             wb_io: Arc::new(Mutex::new(())),
             wb_unflushed: false,
             wb_mark: 0,
+            spare: Vec::new(),
+            spare_max: (opts_cache_blocks / 4) as usize,
         };
         inner.rearm_write_behind();
         let unclean = inner.sb.state != STATE_CLEAN;
