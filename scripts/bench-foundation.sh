@@ -3,8 +3,9 @@
 # vs fuse2fs vs kernel ext4 on a loop device; all images in /dev/shm, same size, same run.
 # Usage: REPS=3 scripts/bench-foundation.sh   (prints a table; cleans up mounts and loops)
 # TARGETS= picks targets among moafs, moafs-nostream (uring_stream_kb=0), moafs-devfuse
-# (uring=off), ext4, fuse2fs. WARM=MiB of memory touched and freed before each timed phase
-# (default 3000, 0 = off; see warm_memory in scripts/lib.sh).
+# (uring=off), moafs-nobehind (write_behind=0,bdi_strict=1), ext4, fuse2fs. WARM=MiB of
+# memory touched and freed before each timed phase (default 3000, 0 = off; see warm_memory
+# in scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -15,17 +16,19 @@ TARGETS=${TARGETS:-"moafs ext4 fuse2fs"}
 PM_TX=${PM_TX:-200000}
 bench_init moafs-bench
 
+# moafs with extra mount options ($1, may be empty)
+moafs_target() {
+  "$MOAFS" mkfs "$img" >/dev/null
+  "$MOAFS" mount -o "pidfile=$work/pid${1:+,$1}" "$img" "$mnt"; pid=$(cat "$work/pid")
+}
+
 setup_target() {
   truncate -s "$SIZE" "$img"
   case $1 in
-    moafs) "$MOAFS" mkfs "$img" >/dev/null
-           "$MOAFS" mount -o "pidfile=$work/pid" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
-    moafs-nostream) # moafs over io_uring without stream helpers
-           "$MOAFS" mkfs "$img" >/dev/null
-           "$MOAFS" mount -o "pidfile=$work/pid,uring_stream_kb=0" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
-    moafs-devfuse) # moafs served over /dev/fuse instead of io_uring
-           "$MOAFS" mkfs "$img" >/dev/null
-           "$MOAFS" mount -o "pidfile=$work/pid,uring=off" "$img" "$mnt"; pid=$(cat "$work/pid") ;;
+    moafs) moafs_target "" ;;
+    moafs-nostream) moafs_target uring_stream_kb=0 ;; # over io_uring without stream helpers
+    moafs-devfuse) moafs_target uring=off ;;           # served over /dev/fuse, not io_uring
+    moafs-nobehind) moafs_target write_behind=0,bdi_strict=1 ;; # no write-behind, strict limit
     ext4)  mkfs.ext4 -q -F "$img"; loop=$(losetup -f --show "$img"); mount "$loop" "$mnt" ;;
     fuse2fs) mkfs.ext4 -q -F "$img"; fuse2fs -f "$img" "$mnt" -o rw >/dev/null 2>&1 & pid=$!
            for _ in $(seq 1 100); do mountpoint -q "$mnt" && break; sleep 0.1; done ;;
