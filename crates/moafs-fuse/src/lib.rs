@@ -1057,6 +1057,27 @@ fn tune_bdi(mountpoint: &Path, cfg: &MountConfig) {
     }
 }
 
+/// prctl(2) `PR_SET_IO_FLUSHER` (Linux 5.6; not in the libc crate for Linux yet).
+const PR_SET_IO_FLUSHER: libc::c_int = 57;
+
+/// Marks this thread, and every thread it starts afterwards (the flags are inherited), as an
+/// I/O flusher, as prctl(2) asks of a FUSE daemon: its memory allocations do no I/O for
+/// reclaim (which could wait for this mount's own dirty pages, i.e. for the daemon), and its
+/// writes to the image are throttled by the image's device alone, not by the global dirty
+/// memory, which includes this mount's pages that only the daemon can clean. Needs
+/// CAP_SYS_RESOURCE (root); without it the daemon runs as before.
+fn mark_io_flusher() {
+    // SAFETY: prctl with integer arguments only (no pointers); it changes flags of the calling
+    // thread and cannot affect memory safety.
+    let r = unsafe { libc::prctl(PR_SET_IO_FLUSHER, 1 as libc::c_ulong, 0, 0, 0) };
+    if r != 0 {
+        log::info!(
+            "cannot mark the daemon as an I/O flusher: {}",
+            io::Error::last_os_error()
+        );
+    }
+}
+
 /// Aborts the FUSE connection of the mount at `mountpoint` through the fusectl file system
 /// (mounting it at /sys/fs/fuse/connections when it is not; root).
 fn abort_connection(mountpoint: &Path) -> io::Result<()> {
@@ -1101,6 +1122,7 @@ pub fn mount_blocking(
         .map_err(io::Error::from)?;
     let _mask = MaskGuard(old_mask);
 
+    mark_io_flusher();
     let mountpoint = mountpoint.canonicalize()?;
     let mut adapter_cfg = cfg.clone();
     if cfg.uring == UringMode::Auto {

@@ -587,6 +587,34 @@ fn write_behind_writes_large_files_between_commits() {
     };
     let m = Mounted::new(&img, &mnt, &opts);
     expect_strict("0");
+    // The daemon's threads are I/O flushers (prctl PR_SET_IO_FLUSHER): PF_MEMALLOC_NOIO in
+    // the task flags, field 9 of /proc/PID/task/TID/stat. The prctl needs CAP_SYS_RESOURCE
+    // (bit 24 of CapEff), which some containers withhold even from root.
+    const PF_MEMALLOC_NOIO: u64 = 0x0008_0000;
+    let cap_eff = fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let can_flush = cap_eff & (1 << 24) != 0;
+    let mut threads = 0;
+    for t in fs::read_dir(format!("/proc/{}/task", m.pid)).unwrap() {
+        if !can_flush {
+            break;
+        }
+        let stat = fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let flags: u64 = rest.split(' ').nth(6).and_then(|f| f.parse().ok()).unwrap();
+        assert!(
+            flags & PF_MEMALLOC_NOIO != 0,
+            "thread not an I/O flusher: {stat}"
+        );
+        threads += 1;
+    }
+    assert!(!can_flush || threads > 2, "daemon threads: {threads}");
     write_file(&mnt.join("big"), &data).unwrap();
     m.unmount();
     let behind = stat_counter(&stats, "written_behind");

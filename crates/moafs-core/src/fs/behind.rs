@@ -20,14 +20,16 @@
 //! - (B) holds `wb_io`, which every commit takes first (lock order: engine lock, `wb_io`,
 //!   `io_gate`): no commit runs while (B) writes, so no block freed meanwhile becomes
 //!   reusable (frees become allocatable only at the end of a commit) and no commit writes the
-//!   same block concurrently. (A) takes `wb_io` before it releases the engine lock.
+//!   same block concurrently. (A) takes `wb_io` before it releases the engine lock. (B)
+//!   leaves its result in `wb_io`'s slot; a commit that was waiting for `wb_io` finishes the
+//!   round (C) before anything else, instead of writing its blocks again.
 //! - Blocks stay dirty until (C), so eviction cannot drop one whose bytes are not yet on the
 //!   device; a block rewritten during (B) has a new buffer and stays dirty for the commit.
 //!   After (C) a read of a dropped block finds its address and the bytes (B) wrote there.
 //! - A failed device write turns the file system read-only, as a failed commit does.
 
 use super::{Fs, Inner, JournalMode};
-use crate::error::FsResult;
+use crate::error::{FsError, FsResult};
 use crate::format::N_DIRECT;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -36,6 +38,14 @@ use std::sync::Arc;
 pub(crate) struct WbRun {
     phys: u64,
     blocks: Vec<(u64, u64, Arc<[u8]>)>,
+}
+
+/// What (B) leaves in the `wb_io` slot for whoever takes the engine lock next: the worker's
+/// (C), or a commit that was waiting for `wb_io` (it finishes the round first, so that it does
+/// not write the same blocks again).
+pub(crate) enum WbDone {
+    Written(Vec<WbRun>),
+    Failed,
 }
 
 /// Longest vectored request of write-behind, in blocks (as `write_runs`).
@@ -55,6 +65,14 @@ impl Inner {
 
     /// (A): places the eligible blocks and snapshots them, as runs.
     fn plan_write_behind(&mut self) -> FsResult<Vec<WbRun>> {
+        let r = self.plan_write_behind_inner();
+        if r.is_err() {
+            self.rearm_write_behind(); // not at every later write
+        }
+        r
+    }
+
+    fn plan_write_behind_inner(&mut self) -> FsResult<Vec<WbRun>> {
         let mut runs = Vec::new();
         if self.opts.write_behind_bytes == 0
             || self.opts.read_only
@@ -97,6 +115,13 @@ impl Inner {
                 continue;
             }
             let placed = self.place_blocks(ino, fresh)?;
+            let node = self.inode(ino)?;
+            if node.meta_reserved && node.d.indirect[0] != 0 {
+                // The single indirect block promised at write() has its address now (a commit
+                // would clear all such promises at its end).
+                node.meta_reserved = false;
+                self.meta_reserved = self.meta_reserved.saturating_sub(1);
+            }
             let node = &self.inodes[&ino];
             for (phys, idx, _) in placed {
                 let data = node.cache[&idx].data.clone();
@@ -120,6 +145,9 @@ impl Inner {
     /// page cache holds those pages; a later read or partial write reads the block back), and
     /// keeps the buffers for new blocks; returns how many.
     fn finish_write_behind(&mut self, runs: Vec<WbRun>) -> FsResult<u64> {
+        // The bytes are on the device: whatever happens below, the next commit flushes them
+        // before metadata that may point at them.
+        self.wb_unflushed = true;
         let mut done = 0;
         let ios = runs.len() as u64;
         for run in runs {
@@ -146,11 +174,21 @@ impl Inner {
         self.counters.data_write_ios += ios;
         self.counters.data_blocks_written += done;
         self.counters.written_behind += done;
-        if done > 0 {
-            self.wb_unflushed = true;
-        }
         self.rearm_write_behind();
         Ok(done)
+    }
+
+    /// Finishes a round whose device writes are done (`slot` is `wb_io`'s, held by the
+    /// caller): (C) for written runs; a failed round turns the file system read-only.
+    pub(crate) fn finish_write_behind_slot(&mut self, slot: &mut Option<WbDone>) -> FsResult<u64> {
+        match slot.take() {
+            None => Ok(0),
+            Some(WbDone::Written(runs)) => self.finish_write_behind(runs),
+            Some(WbDone::Failed) => {
+                self.failed = true;
+                Err(FsError::ReadOnly)
+            }
+        }
     }
 }
 
@@ -165,7 +203,7 @@ impl Fs {
             return Ok(0);
         }
         let io = g.wb_io.clone();
-        let guard = io.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = io.lock().unwrap_or_else(|e| e.into_inner());
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
         drop(g);
         let mut written = Ok(());
@@ -176,14 +214,18 @@ impl Fs {
                 break;
             }
         }
-        // Released before the engine lock is taken again (lock order: engine, then wb_io).
-        drop(guard);
+        *slot = Some(match written {
+            Ok(()) => WbDone::Written(runs),
+            Err(_) => WbDone::Failed,
+        });
+        // Released before the engine lock is taken again (lock order: engine, then wb_io); a
+        // commit that gets the engine lock first finishes the round itself.
+        drop(slot);
         let mut g = self.lock();
-        if let Err(e) = written {
-            g.failed = true;
-            return Err(e.into());
-        }
-        g.finish_write_behind(runs)
+        let mut slot = io.lock().unwrap_or_else(|e| e.into_inner());
+        let r = g.finish_write_behind_slot(&mut slot);
+        written?;
+        r
     }
 
     /// Runs write-behind whenever writes pass the mark, until [`Fs::stop_write_behind`].

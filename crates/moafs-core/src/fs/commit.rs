@@ -68,12 +68,11 @@ impl Inner {
         if self.failed {
             return Err(FsError::ReadOnly);
         }
-        // No write-behind writes while a commit runs (see `behind.rs`).
+        // No write-behind writes while a commit runs; a round whose writes are done is
+        // finished first (see `behind.rs`).
         let io = self.wb_io.clone();
-        let _io = io.lock().unwrap_or_else(|e| e.into_inner());
-        if self.failed {
-            return Err(FsError::ReadOnly); // write-behind failed while we waited
-        }
+        let mut slot = io.lock().unwrap_or_else(|e| e.into_inner());
+        self.finish_write_behind_slot(&mut slot)?;
         let r = self.commit_inner();
         if r.is_err() {
             self.failed = true;

@@ -78,9 +78,10 @@ pub(crate) struct Inner {
     /// Co-writing moved overwritten data since the last commit: order data before metadata
     /// in this commit whatever the journal mode.
     pub order_data_once: bool,
-    /// Held by write-behind's device writes (outside the engine lock) and by every commit.
-    /// Lock order: `Fs::inner`, then `wb_io`, then `io_gate`.
-    pub wb_io: Arc<Mutex<()>>,
+    /// Held by write-behind's device writes (outside the engine lock) and by every commit;
+    /// holds a round whose writes are done until its (C) runs. Lock order: `Fs::inner`, then
+    /// `wb_io`, then `io_gate`.
+    pub wb_io: Arc<Mutex<Option<behind::WbDone>>>,
     /// Write-behind wrote data since the last commit: the commit flushes before metadata.
     pub wb_unflushed: bool,
     /// Dirty blocks at which the next write-behind starts.
@@ -177,7 +178,7 @@ impl Fs {
             failed: false,
             unmounted: false,
             io_gate: Arc::new(RwLock::new(())),
-            wb_io: Arc::new(Mutex::new(())),
+            wb_io: Arc::new(Mutex::new(None)),
             wb_unflushed: false,
             wb_mark: 0,
             spare: Vec::new(),
