@@ -15,8 +15,7 @@ stop_hogs() { for h in $hogs; do kill "$h" 2>/dev/null || true; done; hogs=""; }
 trap 'stop_hogs; bench_teardown; rm -rf "$work"' EXIT
 
 once() { # $1 = extra mount options; prints seconds
-  truncate -s 1G "$img"; "$MOAFS" mkfs "$img" >/dev/null
-  "$MOAFS" mount -o "pidfile=$work/pid$1" "$img" "$mnt"; pid=$(cat "$work/pid")
+  moafs_target 1G "$1"
   for _ in $(seq "$HOGS"); do (while :; do :; done) & hogs="$hogs $!"; done
   sleep 0.5
   local t
@@ -27,9 +26,9 @@ once() { # $1 = extra mount options; prints seconds
 
 : > "$work/uring"; : > "$work/devfuse"
 for r in $(seq 1 "$REPS"); do
-  once "" >> "$work/uring"; once ",uring=off" >> "$work/devfuse"
+  once "" >> "$work/uring"; once uring=off >> "$work/devfuse"
   echo "  rep $r: io_uring $(tail -1 "$work/uring") s, /dev/fuse $(tail -1 "$work/devfuse") s" >&2
 done
-stats() { awk '{s+=$1; if(min==""||$1<min)min=$1; if($1>max)max=$1; n++} END{printf "%.3f %.3f %.3f %d", s/n, min, max, n}'; }
 printf "\n| transport | %d files, %d busy loops: s (mean min max n) |\n|---|---|\n" "$FILES" "$HOGS"
-printf "| io_uring | %s |\n| /dev/fuse | %s |\n" "$(stats < "$work/uring")" "$(stats < "$work/devfuse")"
+printf "| io_uring | %s |\n| /dev/fuse | %s |\n" "$(mean_min_max %.3f < "$work/uring")" \
+  "$(mean_min_max %.3f < "$work/devfuse")"

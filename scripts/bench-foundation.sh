@@ -16,19 +16,13 @@ TARGETS=${TARGETS:-"moafs ext4 fuse2fs"}
 PM_TX=${PM_TX:-200000}
 bench_init moafs-bench
 
-# moafs with extra mount options ($1, may be empty)
-moafs_target() {
-  "$MOAFS" mkfs "$img" >/dev/null
-  "$MOAFS" mount -o "pidfile=$work/pid${1:+,$1}" "$img" "$mnt"; pid=$(cat "$work/pid")
-}
-
 setup_target() {
   truncate -s "$SIZE" "$img"
   case $1 in
-    moafs) moafs_target "" ;;
-    moafs-nostream) moafs_target uring_stream_kb=0 ;; # over io_uring without stream helpers
-    moafs-devfuse) moafs_target uring=off ;;           # served over /dev/fuse, not io_uring
-    moafs-nobehind) moafs_target write_behind=0,bdi_strict=1 ;; # no write-behind, strict limit
+    moafs) moafs_target "$SIZE" ;;
+    moafs-nostream) moafs_target "$SIZE" uring_stream_kb=0 ;; # io_uring, no stream helpers
+    moafs-devfuse) moafs_target "$SIZE" uring=off ;;           # /dev/fuse, not io_uring
+    moafs-nobehind) moafs_target "$SIZE" write_behind=0,bdi_strict=1 ;; # no write-behind
     ext4)  mkfs.ext4 -q -F "$img"; loop=$(losetup -f --show "$img"); mount "$loop" "$mnt" ;;
     fuse2fs) mkfs.ext4 -q -F "$img"; fuse2fs -f "$img" "$mnt" -o rw >/dev/null 2>&1 & pid=$!
            for _ in $(seq 1 100); do mountpoint -q "$mnt" && break; sleep 0.1; done ;;
@@ -60,9 +54,6 @@ seqr() {
   secs dd if="$mnt/big" of=/dev/null bs=1M status=none
 }
 
-stats() { # mean min max of the numbers on stdin
-  awk '{s+=$1; if(min==""||$1<min)min=$1; if($1>max)max=$1; n++} END{printf "%.2f %.2f %.2f %d", s/n, min, max, n}'
-}
 
 declare -A PM SW SR MEM
 for t in $TARGETS; do : > "$work/$t.pm"; : > "$work/$t.sw"; : > "$work/$t.sr"; done
@@ -77,7 +68,8 @@ for r in $(seq 1 "$REPS"); do
   done
 done
 for t in $TARGETS; do
-  PM[$t]=$(stats < "$work/$t.pm"); SW[$t]=$(stats < "$work/$t.sw"); SR[$t]=$(stats < "$work/$t.sr")
+  PM[$t]=$(mean_min_max < "$work/$t.pm"); SW[$t]=$(mean_min_max < "$work/$t.sw")
+  SR[$t]=$(mean_min_max < "$work/$t.sr")
   MEM[$t]=$(cat "$work/$t.mem" 2>/dev/null || echo -)
 done
 printf "\n| target | Postmark FSL s (mean min max n) | 1 GiB write s | 1 GiB read s | daemon peak RSS KiB |\n|---|---|---|---|---|\n"

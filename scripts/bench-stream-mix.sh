@@ -17,8 +17,7 @@ stop_reader() { [ -n "$reader" ] && { kill "$reader" 2>/dev/null || true; wait "
 trap 'stop_reader; bench_teardown; rm -rf "$work"' EXIT
 
 once() { # $1 = extra mount options; prints "small-ops-seconds streamed-MiB"
-  truncate -s 2G "$img"; "$MOAFS" mkfs "$img" >/dev/null
-  "$MOAFS" mount -o "pidfile=$work/pid$1" "$img" "$mnt"; pid=$(cat "$work/pid")
+  moafs_target 2G "$1"
   dd if=/dev/zero of="$mnt/big" bs=1M count=512 conv=fsync status=none
   : > "$work/streamed"
   (while :; do dd if="$mnt/big" of=/dev/null bs=1M iflag=nocache status=none; echo 512 >> "$work/streamed"; done) &
@@ -32,9 +31,11 @@ once() { # $1 = extra mount options; prints "small-ops-seconds streamed-MiB"
 
 : > "$work/on"; : > "$work/off"
 for r in $(seq 1 "$REPS"); do
-  once "" >> "$work/on"; once ",uring_stream_kb=0" >> "$work/off"
+  once "" >> "$work/on"; once uring_stream_kb=0 >> "$work/off"
   echo "  rep $r: helpers $(tail -1 "$work/on"), none $(tail -1 "$work/off") (s, MiB streamed)" >&2
 done
-stats() { awk '{s+=$1; if(min==""||$1<min)min=$1; if($1>max)max=$1; m+=$2; n++} END{printf "%.3f %.3f %.3f %d | %.0f", s/n, min, max, n, m/n}'; }
+stats() { # "mean min max n | mean streamed MiB" of a file of "seconds MiB" lines
+  echo "$(mean_min_max %.3f < "$1") | $(awk '{m+=$2; n++} END{printf "%.0f", m/n}' "$1")"
+}
 printf "\n| stream helpers | %d small files beside a stream: s (mean min max n) | MiB streamed meanwhile (mean) |\n|---|---|---|\n" "$FILES"
-printf "| on | %s |\n| off (uring_stream_kb=0) | %s |\n" "$(stats < "$work/on")" "$(stats < "$work/off")"
+printf "| on | %s |\n| off (uring_stream_kb=0) | %s |\n" "$(stats "$work/on")" "$(stats "$work/off")"

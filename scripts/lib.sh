@@ -62,3 +62,17 @@ small_files_secs() {
   e=$(date +%s.%N)
   echo "$e - $s" | bc
 }
+
+# moafs_target SIZE [OPTS]: a fresh moafs image of SIZE at $img, mounted at $mnt with the extra
+# mount options OPTS (comma-separated, may be empty); sets $pid to the daemon's.
+moafs_target() {
+  truncate -s "$1" "$img"; "$MOAFS" mkfs "$img" >/dev/null
+  "$MOAFS" mount -o "pidfile=$work/pid${2:+,$2}" "$img" "$mnt"; pid=$(cat "$work/pid")
+}
+
+# mean_min_max: "mean min max n" of the numbers in the first column of stdin (FMT: printf
+# format of one number, default %.2f).
+mean_min_max() {
+  awk -v f="${1:-%.2f}" '{s+=$1; if(min==""||$1<min)min=$1; if($1>max)max=$1; n++}
+    END{printf f " " f " " f " %d", s/n, min, max, n}'
+}

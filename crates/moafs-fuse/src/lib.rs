@@ -1040,6 +1040,11 @@ fn tune_bdi(mountpoint: &Path, cfg: &MountConfig) {
         nix::sys::stat::major(dev),
         nix::sys::stat::minor(dev)
     );
+    // strict_limit first: a test that sees max_ratio set knows strict_limit is too.
+    let strict = u8::from(cfg.bdi_strict_limit);
+    if let Err(e) = std::fs::write(format!("{bdi}/strict_limit"), strict.to_string()) {
+        log::info!("cannot set {bdi}/strict_limit to {strict}: {e}");
+    }
     for (file, value) in [
         ("read_ahead_kb", cfg.read_ahead_kb),
         ("max_ratio", cfg.bdi_max_ratio),
@@ -1050,10 +1055,6 @@ fn tune_bdi(mountpoint: &Path, cfg: &MountConfig) {
         if let Err(e) = std::fs::write(format!("{bdi}/{file}"), value.to_string()) {
             log::info!("cannot set {bdi}/{file} to {value}: {e}");
         }
-    }
-    let strict = u8::from(cfg.bdi_strict_limit);
-    if let Err(e) = std::fs::write(format!("{bdi}/strict_limit"), strict.to_string()) {
-        log::info!("cannot set {bdi}/strict_limit to {strict}: {e}");
     }
 }
 

@@ -98,19 +98,14 @@ impl Inner {
                 continue;
             }
             // Whole blocks inside the file (a partial last block is likely to be written
-            // again), dirty, without an address yet.
-            let candidates: Vec<u64> = node
+            // again), dirty, without an address yet: those holding a reservation (a block
+            // dirtied without an address keeps one until it is placed).
+            let fresh: Vec<u64> = node
                 .cache
                 .range(..size / bs)
-                .filter(|(_, c)| c.dirty)
+                .filter(|(_, c)| c.dirty && c.reserved)
                 .map(|(i, _)| *i)
                 .collect();
-            let mut fresh = Vec::with_capacity(candidates.len());
-            for idx in candidates {
-                if self.bmap(ino, idx)? == 0 {
-                    fresh.push(idx);
-                }
-            }
             if fresh.is_empty() {
                 continue;
             }
@@ -123,7 +118,10 @@ impl Inner {
                 self.meta_reserved = self.meta_reserved.saturating_sub(1);
             }
             let node = &self.inodes[&ino];
-            for (phys, idx, _) in placed {
+            for (phys, idx, overwrite) in placed {
+                if overwrite {
+                    continue; // had an address after all: the commit's (journaled) business
+                }
                 let data = node.cache[&idx].data.clone();
                 match runs.last_mut() {
                     Some(WbRun { phys: p, blocks })

@@ -422,7 +422,9 @@ impl Inner {
         let last = holes.last().copied().unwrap_or(0);
         self.reserve_for(ino, last, holes.len() as u64)?;
         for idx in holes {
-            self.put_dirty(ino, idx, Arc::from(vec![0u8; bs as usize]), true)?;
+            let mut buf = self.new_block();
+            Arc::make_mut(&mut buf).fill(0);
+            self.put_dirty(ino, idx, buf, true)?;
         }
         let now = Timespec::now().pair();
         let node = self.inode(ino)?;
