@@ -205,6 +205,41 @@ fn enospc_then_delete_and_reuse() {
 }
 
 #[test]
+fn a_listing_bounded_at_its_start_ends_while_entries_are_renamed() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let rename =
+        |from: &[u8], to: &[u8]| fs.rename(ROOT_INO, from, ROOT_INO, to, RenameFlags::default());
+    for i in 0..200 {
+        fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, ME)
+            .unwrap();
+    }
+    let end = fs.readdir_end(ROOT_INO).unwrap();
+    let (mut off, mut listed, mut n) = (0, Vec::new(), 0);
+    loop {
+        let batch = fs.readdir_until(ROOT_INO, off, 7, end).unwrap();
+        let Some(last) = batch.last() else { break };
+        off = last.offset;
+        for e in batch {
+            listed.push(e.name.clone());
+            if e.name.starts_with(b"f") {
+                n += 1;
+                rename(&e.name, format!("g{n}").as_bytes()).unwrap();
+            }
+        }
+        assert!(listed.len() <= 202, "the listing does not end");
+    }
+    // ".", ".." and each of the 200 files once; none of the names made meanwhile
+    assert_eq!(listed.len(), 202);
+    assert!(listed.iter().all(|n| !n.starts_with(b"g")));
+    // unbounded, the same listing would have gone on with the renamed entries
+    let all = fs.readdir(ROOT_INO, 0, usize::MAX).unwrap();
+    assert_eq!(all.len(), 202);
+    assert!(fs.readdir_until(ROOT_INO, end, 10, end).unwrap().is_empty());
+    assert!(!fs.readdir(ROOT_INO, end, 10).unwrap().is_empty());
+}
+
+#[test]
 fn readdir_cookies_are_stable() {
     let dev = new_dev(16 << 20);
     let fs = mount(&dev);

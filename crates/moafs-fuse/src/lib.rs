@@ -20,13 +20,14 @@ use moafs_core::fs::{
 use moafs_core::{Fs, FsError};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use poll::{Activity, Poller};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -58,8 +59,12 @@ pub struct MountConfig {
     pub attr_ttl: Duration,
     /// Mount read-only at the VFS level too.
     pub read_only: bool,
-    /// Source shown in /proc/mounts (e.g. `moafs:/path/to/image`).
+    /// Source shown in /proc/mounts: the image's absolute path (the type reads `fuse.moafs`).
     pub fsname: String,
+    /// mount(8)'s VFS options of the mount, passed to mount(2) as flags: `noatime`,
+    /// `nodiratime`, `relatime`, `strictatime`, `lazytime`, `dev`, `suid`, `noexec`, `sync`,
+    /// `dirsync` (and their opposites). FUSE mounts are `nodev,nosuid` unless `dev`/`suid`.
+    pub vfs_options: Vec<String>,
     /// Readahead of the mount in KiB (0: kernel default).
     pub read_ahead_kb: u32,
     /// Share of dirty memory the mount may hold, in percent (0: kernel default, 1 % for FUSE).
@@ -89,6 +94,7 @@ impl Default for MountConfig {
             attr_ttl: Duration::from_secs(60),
             read_only: false,
             fsname: "moafs".to_string(),
+            vfs_options: Vec::new(),
             read_ahead_kb: 1024,
             bdi_max_ratio: 20,
             bdi_strict_limit: false,
@@ -107,6 +113,10 @@ pub struct MoafsFuse {
     /// Ask for FUSE_OVER_IO_URING in INIT; `uring_granted` tells whether the kernel agreed.
     want_uring: bool,
     uring_granted: Arc<AtomicBool>,
+    /// Open directory streams: handle -> the offset that ends the listing (set when the
+    /// listing starts at offset 0, see `Fs::readdir_end`).
+    dir_streams: Mutex<HashMap<u64, u64>>,
+    next_dir_handle: AtomicU64,
 }
 
 impl MoafsFuse {
@@ -117,6 +127,8 @@ impl MoafsFuse {
             activity: Arc::new(Activity::default()),
             want_uring: cfg.uring != UringMode::Off,
             uring_granted: Arc::new(AtomicBool::new(false)),
+            dir_streams: Mutex::new(HashMap::new()),
+            next_dir_handle: AtomicU64::new(1),
         }
     }
 
@@ -128,6 +140,20 @@ impl MoafsFuse {
     /// The engine this adapter serves.
     pub fn fs(&self) -> &Arc<Fs> {
         &self.fs
+    }
+
+    /// Where the listing of directory `ino` through handle `fh` ends: fixed when it starts
+    /// (offset 0, also after rewinddir), so entries made meanwhile — renamed ones included —
+    /// cannot keep it going forever.
+    fn listing_end(&self, ino: u64, fh: FileHandle, offset: u64) -> Result<u64, FsError> {
+        if offset == 0 {
+            let end = self.fs.readdir_end(ino)?;
+            let mut streams = self.dir_streams.lock().unwrap_or_else(|e| e.into_inner());
+            streams.insert(fh.0, end);
+            return Ok(end);
+        }
+        let streams = self.dir_streams.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(streams.get(&fh.0).copied().unwrap_or(u64::MAX))
     }
 
     /// The request counter that drives polling.
@@ -272,7 +298,10 @@ impl Filesystem for MoafsFuse {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_ASYNC_DIO,
+            // Not FUSE_ASYNC_DIO: with it the kernel completes an asynchronous O_DIRECT write
+            // (aio, io_uring) without invalidating the page cache afterwards, so a page that a
+            // buffered reader cached during the write stays stale (xfstests generic/451).
+            // Without it the write waits in the kernel, which then invalidates the range.
         ];
         for flag in wanted {
             if let Err(missing) = config.add_capabilities(flag) {
@@ -584,22 +613,27 @@ impl Filesystem for MoafsFuse {
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.activity.note();
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        let fh = self.next_dir_handle.fetch_add(1, Ordering::Relaxed);
+        reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         self.activity.note();
         const BATCH: usize = 128;
+        let end = match self.listing_end(ino.0, fh, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(&e)),
+        };
         let mut offset = offset;
         loop {
-            let entries = match self.fs.readdir(ino.0, offset, BATCH) {
+            let entries = match self.fs.readdir_until(ino.0, offset, BATCH, end) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -625,15 +659,19 @@ impl Filesystem for MoafsFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         self.activity.note();
         const BATCH: usize = 64;
+        let end = match self.listing_end(ino.0, fh, offset) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(&e)),
+        };
         let mut offset = offset;
         loop {
-            let entries = match self.fs.readdir(ino.0, offset, BATCH) {
+            let entries = match self.fs.readdir_until(ino.0, offset, BATCH, end) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -681,11 +719,15 @@ impl Filesystem for MoafsFuse {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         self.activity.note();
+        self.dir_streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
         reply.ok();
     }
 
@@ -994,6 +1036,42 @@ const MAX_WRITE: u32 = 1 << 20;
 /// uses it beside the kernel's drop_caches. It is never stored.
 pub const DROP_CACHES_XATTR: &[u8] = b"trusted.moafs.drop_caches";
 
+/// The names mount(8) gives VFS flags of a mount, as fuser's options (`None`: not one of them).
+/// Opposites of the defaults (`nodev`, `nosuid`, `exec`, `atime`, `async`, `rw`) map to
+/// nothing to add but are still known.
+pub fn vfs_mount_option(name: &str) -> Option<MountOption> {
+    Some(match name {
+        "dev" => MountOption::Dev,
+        "suid" => MountOption::Suid,
+        "noexec" => MountOption::NoExec,
+        "noatime" => MountOption::NoAtime,
+        "sync" => MountOption::Sync,
+        "dirsync" => MountOption::DirSync,
+        // fuser has no variants for these; its (patched) mount turns them into flags
+        "nodiratime" | "relatime" | "strictatime" | "lazytime" => {
+            MountOption::CUSTOM(name.to_string())
+        }
+        _ => return None,
+    })
+}
+
+/// Whether `name` is a VFS option of mount(8) that [`MountConfig::vfs_options`] takes.
+pub fn is_vfs_option(name: &str) -> bool {
+    vfs_mount_option(name).is_some()
+        || matches!(
+            name,
+            "nodev"
+                | "nosuid"
+                | "exec"
+                | "atime"
+                | "async"
+                | "diratime"
+                | "norelatime"
+                | "nostrictatime"
+                | "nolazytime"
+        )
+}
+
 /// Builds fuser's configuration from ours.
 pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
     let mut c = fuser::Config::default();
@@ -1006,6 +1084,11 @@ pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
     }
     if cfg.read_only {
         c.mount_options.push(MountOption::RO);
+    }
+    for name in &cfg.vfs_options {
+        if let Some(o) = vfs_mount_option(name) {
+            c.mount_options.push(o);
+        }
     }
     c.acl = if cfg.allow_other {
         SessionACL::All

@@ -21,6 +21,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod mounts;
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -41,7 +43,11 @@ enum Cmd {
     Fsck(FsckArgs),
     /// Show the layout and counters of IMAGE.
     Inspect(InspectArgs),
-    /// Symlink mkfs.moafs, fsck.moafs, mount.moafs and mount.fuse.moafs to this binary.
+    /// Unmount a moafs mount and wait until its daemon has committed and let go of the image
+    /// (also as umount.fuse.moafs, which umount(8) runs for a fuse.moafs mount).
+    Umount(UmountArgs),
+    /// Symlink mkfs.moafs, fsck.moafs, mount.moafs, mount.fuse.moafs, umount.moafs and
+    /// umount.fuse.moafs to this binary.
     InstallHelpers(InstallArgs),
     /// Run a benchmark workload on a target, repeated, with mean and 95 % confidence interval.
     Bench(BenchArgs),
@@ -238,11 +244,35 @@ struct InspectArgs {
 }
 
 #[derive(Args, Debug)]
+struct UmountArgs {
+    /// Lazy: detach now, clean up when no longer busy (returns without waiting for the daemon).
+    #[arg(short = 'l')]
+    lazy: bool,
+    /// Force (MNT_FORCE).
+    #[arg(short = 'f')]
+    force: bool,
+    /// umount(8) helper flags (no mtab, remount read-only on failure, verbose): accepted.
+    #[arg(short = 'n', hide = true)]
+    no_mtab: bool,
+    #[arg(short = 'r', hide = true)]
+    read_only_on_fail: bool,
+    #[arg(short = 'v', hide = true)]
+    verbose: bool,
+    /// umount(8) passes the type (fuse.moafs) and a namespace; accepted.
+    #[arg(short = 't', hide = true)]
+    fstype: Option<String>,
+    #[arg(short = 'N', hide = true)]
+    namespace: Option<String>,
+    /// The mount point (or the image).
+    target: PathBuf,
+}
+
+#[derive(Args, Debug)]
 struct InstallArgs {
     /// mkfs.moafs and fsck.moafs go to PREFIX/sbin.
     #[arg(long, default_value = "/usr/local")]
     prefix: PathBuf,
-    /// Where mount.moafs and mount.fuse.moafs go (mount(8) looks in /sbin). Default: /sbin,
+    /// Where the mount and umount helpers go (mount(8) and umount(8) look in /sbin). Default: /sbin,
     /// or PREFIX/sbin when --prefix is given.
     #[arg(long)]
     mount_helper_dir: Option<PathBuf>,
@@ -251,6 +281,7 @@ struct InstallArgs {
 const SUBCOMMANDS: &[&str] = &[
     "mkfs",
     "mount",
+    "umount",
     "fsck",
     "inspect",
     "install-helpers",
@@ -270,6 +301,7 @@ fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
         "mkfs.moafs" => Some("mkfs"),
         "fsck.moafs" => Some("fsck"),
         "mount.moafs" | "mount.fuse.moafs" => Some("mount"),
+        "umount.moafs" | "umount.fuse.moafs" => Some("umount"),
         _ => {
             let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
             match first {
@@ -333,6 +365,13 @@ fn main() -> ExitCode {
     let code = match cli.cmd {
         Cmd::Mkfs(a) => report(cmd_mkfs(&a)),
         Cmd::Mount(a) => cmd_mount(a),
+        Cmd::Umount(a) => match mounts::umount(&a.target, a.lazy, a.force) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("umount: {e}");
+                32
+            }
+        },
         Cmd::Fsck(a) => cmd_fsck(&a),
         Cmd::Inspect(a) => report(cmd_inspect(&a)),
         Cmd::InstallHelpers(a) => report(cmd_install(&a)),
@@ -681,8 +720,7 @@ fn print_reports(reports: &[moafs_bench::Report]) {
 }
 
 fn cmd_age(a: &AgeArgs) -> Result<(), String> {
-    let dev = FileDevice::open(&a.image, FileDeviceOptions::default())
-        .map_err(|e| dev_error(&a.image, e))?;
+    let dev = open_image(&a.image, FileDeviceOptions::default())?;
     let dev: std::sync::Arc<dyn moafs_core::device::BlockDevice> = std::sync::Arc::new(dev);
     let fs = Fs::mount(dev.clone(), moafs_core::fs::MountOptions::default())
         .map_err(|e| fs_error(&a.image, e))?;
@@ -822,6 +860,22 @@ fn dev_error(image: &Path, e: DeviceError) -> String {
     }
 }
 
+/// Opens (and locks) an image. A lock held by a daemon that the kernel has already let go of
+/// (it is still writing back) is waited for, a bounded time; one held by a live mount is an
+/// error naming the mount point at once.
+fn open_image(image: &Path, opts: FileDeviceOptions) -> Result<FileDevice, String> {
+    let abs = image.canonicalize().unwrap_or_else(|_| image.to_path_buf());
+    mounts::open_when_released(
+        &abs,
+        || FileDevice::open(image, opts),
+        |e| matches!(e, DeviceError::Locked { .. }),
+    )
+    .map_err(|e| match e {
+        Ok(dev) => dev_error(image, dev),
+        Err(msg) => msg,
+    })
+}
+
 fn fs_error(image: &Path, e: FsError) -> String {
     match e {
         FsError::NotMoafs { detail } => {
@@ -862,15 +916,14 @@ fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         }
         None => {}
     }
-    let dev = FileDevice::open(
+    let dev = open_image(
         &a.image,
         FileDeviceOptions {
             read_only: false,
             direct: false,
             lock: true,
         },
-    )
-    .map_err(|e| dev_error(&a.image, e))?;
+    )?;
     if dev.size() < MIN_IMAGE_BYTES {
         return Err(format!(
             "{} is too small ({} bytes): moafs needs at least {} bytes ({})",
@@ -943,14 +996,34 @@ struct MountPlan {
     log: Option<PathBuf>,
     pidfile: Option<PathBuf>,
     stats: Option<PathBuf>,
+    /// `-o remount` (mount(8) asks the helper to change the flags of a live mount).
+    remount: bool,
 }
 
-/// Options of mount(8) that mean nothing to moafs (FUSE mounts are nodev,nosuid as set by the
-/// kernel defaults of fuser).
+/// Options of mount(8) that mean nothing to the mount itself (fstab bookkeeping).
 const IGNORED_OPTIONS: &[&str] = &[
-    "rw", "dev", "suid", "nodev", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
-    "auto", "noauto", "user", "nouser", "_netdev", "defaults",
+    "auto", "noauto", "user", "nouser", "_netdev", "nofail", "defaults",
 ];
+
+/// The opposite of a VFS option of mount(8) (the later of the two wins).
+fn vfs_opposite(opt: &str) -> Option<String> {
+    const PAIRS: &[(&str, &str)] = &[
+        ("dev", "nodev"),
+        ("suid", "nosuid"),
+        ("exec", "noexec"),
+        ("sync", "async"),
+        ("atime", "noatime"),
+        ("diratime", "nodiratime"),
+        ("relatime", "norelatime"),
+        ("strictatime", "nostrictatime"),
+        ("lazytime", "nolazytime"),
+    ];
+    PAIRS.iter().find_map(|&(a, b)| {
+        (opt == a)
+            .then(|| b.to_string())
+            .or_else(|| (opt == b).then(|| a.to_string()))
+    })
+}
 
 fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
     let mut p = MountPlan {
@@ -966,6 +1039,7 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
         log: None,
         pidfile: None,
         stats: None,
+        remount: false,
     };
     let num = |k: &str, v: Option<&str>| -> Result<u64, String> {
         let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=N)"))?;
@@ -1028,6 +1102,28 @@ fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
                 p.engine.read_only = true;
                 p.fuse.read_only = true;
             }
+            "rw" if v.is_none() => {
+                p.engine.read_only = false;
+                p.fuse.read_only = false;
+            }
+            "remount" | "bind" if v.is_none() => p.remount = true,
+            _ if v.is_none() && moafs_fuse::is_vfs_option(k) => {
+                let vfs = &mut p.fuse.vfs_options;
+                if let Some(opp) = vfs_opposite(k) {
+                    vfs.retain(|o| *o != opp);
+                }
+                // the atime policies exclude each other
+                if ["noatime", "relatime", "strictatime"].contains(&k) {
+                    vfs.retain(|o| !["noatime", "relatime", "strictatime"].contains(&o.as_str()));
+                }
+                vfs.retain(|o| o != k);
+                vfs.push(k.to_string());
+            }
+            // Shown by the kernel for every FUSE mount; mount(8) may hand them back.
+            "user_id" | "group_id" | "rootmode" | "max_read" | "blksize" if v.is_some() => {}
+            // umount(8)'s helper of this mount, kept by mount(8) in its utab
+            "uhelper" if v.is_some() => {}
+            _ if k.starts_with("x-") => {}
             "direct" if v.is_none() => p.direct = true,
             "threads" => {
                 let n = num(k, v)?;
@@ -1078,19 +1174,20 @@ fn serve(
     plan: &MountPlan,
     ready: impl FnOnce(),
 ) -> Result<(), String> {
-    let dev = FileDevice::open(
+    let dev = open_image(
         image,
         FileDeviceOptions {
             read_only: plan.engine.read_only,
             direct: plan.direct,
             lock: true,
         },
-    )
-    .map_err(|e| dev_error(image, e))?;
+    )?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
     let fs = Fs::mount(dev, plan.engine.clone()).map_err(|e| fs_error(image, e))?;
     let mut cfg = plan.fuse.clone();
-    cfg.fsname = format!("moafs:{}", image.display());
+    // The image's absolute path, as a block device's would be: findmnt -S IMAGE, df and
+    // xfstests find the mount by it (the type reads fuse.moafs).
+    cfg.fsname = image.display().to_string();
     let fs = Arc::new(fs);
     moafs_fuse::mount_blocking(fs.clone(), mountpoint, &cfg, ready)
         .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
@@ -1133,6 +1230,12 @@ fn cmd_mount(a: MountArgs) -> u8 {
         Err(e) => return report(Err(e)),
     };
     plan.fuse.foreground = a.foreground;
+    if plan.remount {
+        // mount(8) names the mount point second, the source first.
+        let bind = a.options.iter().any(|o| o.split(',').any(|x| x == "bind"));
+        let target = a.mountpoint.canonicalize().unwrap_or(a.mountpoint.clone());
+        return report(mounts::remount(&target, &a.options, bind));
+    }
     // Absolute paths: the daemon changes to "/".
     let image = match a.image.canonicalize() {
         Ok(p) => p,
@@ -1159,13 +1262,31 @@ fn cmd_mount(a: MountArgs) -> u8 {
     };
     absolutize(&mut plan.log);
     absolutize(&mut plan.pidfile);
+    // Mounted already: a second mount shows the same file system, as a block device's would.
+    if let Some(first) = mounts::mounts_of_image(&image).first() {
+        if plan.fuse.foreground {
+            return report(Err(format!(
+                "{} is mounted on {} (a second mount is a bind mount of it; not in the foreground)",
+                image.display(),
+                first.target.display()
+            )));
+        }
+        let res = mounts::mount_again(&first.target, &mountpoint, &a.options);
+        if res.is_ok() {
+            mounts::register_umount_helper(&image, &mountpoint);
+        }
+        return report(res);
+    }
 
     if a.foreground {
         let pidfile = plan.pidfile.clone();
+        let (img, mp) = (image.clone(), mountpoint.clone());
         let res = serve(&image, &mountpoint, &plan, || {
             if let Some(p) = &pidfile {
                 write_pidfile(p);
             }
+            // mount(8) may look at the mount point, which this process serves: not from here.
+            std::thread::spawn(move || mounts::register_umount_helper(&img, &mp));
         });
         if let Some(p) = &pidfile {
             remove_pidfile(p);
@@ -1194,6 +1315,7 @@ fn daemonize_and_serve(image: &Path, mountpoint: &Path, plan: &MountPlan) -> u8 
             let mut msg = String::new();
             let _ = File::from(rd).read_to_string(&mut msg);
             if msg.starts_with("OK") {
+                mounts::register_umount_helper(image, mountpoint);
                 0
             } else if let Some(err) = msg.strip_prefix("ERR ") {
                 eprintln!("moafs: {}", err.trim_end());
@@ -1274,7 +1396,7 @@ fn detach(log: Option<&Path>) -> Result<(), String> {
 fn cmd_fsck(a: &FsckArgs) -> u8 {
     let repair = (a.yes || a.auto || a.preen) && !a.no;
     let _ = a.force;
-    let dev = match FileDevice::open(
+    let dev = match open_image(
         &a.image,
         FileDeviceOptions {
             read_only: !repair,
@@ -1284,7 +1406,7 @@ fn cmd_fsck(a: &FsckArgs) -> u8 {
     ) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("fsck.moafs: {}", dev_error(&a.image, e));
+            eprintln!("fsck.moafs: {e}");
             return 8;
         }
     };
@@ -1433,6 +1555,8 @@ fn cmd_install(a: &InstallArgs) -> Result<(), String> {
         (sbin.join("fsck.moafs"), &sbin),
         (helper_dir.join("mount.moafs"), &helper_dir),
         (helper_dir.join("mount.fuse.moafs"), &helper_dir),
+        (helper_dir.join("umount.moafs"), &helper_dir),
+        (helper_dir.join("umount.fuse.moafs"), &helper_dir),
     ];
     for (link, dir) in links {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -416,7 +416,24 @@ impl Fs {
         self.lock().statfs()
     }
     pub fn readdir(&self, ino: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
-        self.lock().readdir(ino, offset, max_entries)
+        self.lock().readdir(ino, offset, max_entries, u64::MAX)
+    }
+    /// The offset that ends a listing started now: [`Fs::readdir_until`] with it returns the
+    /// entries the directory holds now that stay, each once, and none made later — so a
+    /// listing ends even while every entry it returns is renamed within the directory (which
+    /// makes a new entry).
+    pub fn readdir_end(&self, ino: Ino) -> FsResult<u64> {
+        self.lock().readdir_end(ino)
+    }
+    /// [`Fs::readdir`] that stops before the offset `end` (from [`Fs::readdir_end`]).
+    pub fn readdir_until(
+        &self,
+        ino: Ino,
+        offset: u64,
+        max_entries: usize,
+        end: u64,
+    ) -> FsResult<Vec<DirEntry>> {
+        self.lock().readdir(ino, offset, max_entries, end)
     }
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
         self.lock().setxattr(ino, name, value, flags)

@@ -565,7 +565,21 @@ impl Inner {
         }
     }
 
-    pub(crate) fn readdir(&mut self, ino: u64, offset: u64, max: usize) -> FsResult<Vec<DirEntry>> {
+    /// The `readdir` offset past every entry the directory holds now: entries made later
+    /// (a rename within the directory included) get offsets beyond it.
+    pub(crate) fn readdir_end(&mut self, ino: u64) -> FsResult<u64> {
+        Ok(self.dir(ino)?.next_seq + 2)
+    }
+
+    /// Entries from `offset` on, at most `max`, none at or past the offset `end` (see
+    /// [`Self::readdir_end`]).
+    pub(crate) fn readdir(
+        &mut self,
+        ino: u64,
+        offset: u64,
+        max: usize,
+        end: u64,
+    ) -> FsResult<Vec<DirEntry>> {
         let parent = {
             self.dir(ino)?;
             let p = self.inode(ino)?.d.parent;
@@ -594,7 +608,11 @@ impl Inner {
         }
         let dir = self.dir(ino)?;
         let from = offset.saturating_sub(2);
-        for (seq, name) in dir.order.range(from..) {
+        let until = end.saturating_sub(2);
+        if from >= until {
+            return Ok(out);
+        }
+        for (seq, name) in dir.order.range(from..until) {
             if out.len() >= max {
                 break;
             }

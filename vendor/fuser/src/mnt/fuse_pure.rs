@@ -379,6 +379,19 @@ fn fuse_mount_mount_fusefs(
     Ok((fuse_device, None))
 }
 
+/// moafs patch: mount(8)'s atime and time-update options that are VFS flags of the mount.
+#[cfg(target_os = "linux")]
+pub(crate) fn vfs_flag(name: &str) -> Option<nix::mount::MsFlags> {
+    use nix::mount::MsFlags;
+    match name {
+        "nodiratime" => Some(MsFlags::MS_NODIRATIME),
+        "relatime" => Some(MsFlags::MS_RELATIME),
+        "strictatime" => Some(MsFlags::MS_STRICTATIME),
+        "lazytime" => Some(MsFlags::MS_LAZYTIME),
+        _ => None,
+    }
+}
+
 // If returned option is none. Then fusermount binary should be tried
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 fn fuse_mount_sys(
@@ -420,6 +433,13 @@ fn fuse_mount_sys(
         .iter()
         .filter(|x| option_group(x) == MountOptionGroup::KernelOption)
     {
+        // moafs patch: VFS flags fuser has no variant for are flags, not FUSE options.
+        #[cfg(target_os = "linux")]
+        if let MountOption::CUSTOM(name) = option {
+            if vfs_flag(name).is_some() {
+                continue;
+            }
+        }
         mount_options.push(',');
         mount_options.push_str(&option_to_string(option));
     }
@@ -461,6 +481,15 @@ fn fuse_mount_sys(
     {
         flags |= option_to_flag(flag)?;
     }
+    // moafs patch: nodiratime, relatime, strictatime, lazytime given as CUSTOM options.
+    #[cfg(target_os = "linux")]
+    for option in options {
+        if let MountOption::CUSTOM(name) = option {
+            if let Some(f) = vfs_flag(name) {
+                flags |= f;
+            }
+        }
+    }
 
     // Default name is "/dev/fuse", then use the subtype, and lastly prefer the name
     let mut source = DevFuse::PATH;
@@ -477,11 +506,21 @@ fn fuse_mount_sys(
         source = name;
     }
 
+    // moafs patch: the type is "fuse.SUBTYPE" when a subtype is given, as libfuse mounts it
+    // (the kernel's "fuse" type takes a subtype; /proc/mounts then shows fuse.SUBTYPE).
+    #[cfg(target_os = "linux")]
+    let fstype = match options
+        .iter()
+        .find(|x| matches!(**x, MountOption::Subtype(_)))
+    {
+        Some(MountOption::Subtype(subtype)) => format!("fuse.{subtype}"),
+        _ => "fuse".to_string(),
+    };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
         Some(source),
         mountpoint,
-        Some("fuse"),
+        Some(fstype.as_str()),
         flags,
         Some(mount_options.as_str()),
     );

@@ -1,0 +1,339 @@
+//! A good citizen of mount(8), umount(8), fsck and the page cache, through real FUSE mounts:
+//! the mount reads as `fuse.moafs` of its image, `umount` returns only when the image is whole
+//! and free, remounts change the VFS flags, a second mount shows the same file system,
+//! buffered reads see what O_DIRECT wrote, and a listing ends while its entries are renamed.
+//!
+//! `mount`/`umount` of util-linux run the helpers in /sbin: `./run test` installs them
+//! (`moafs install-helpers`) before the tests, and the tests check that they are this build's.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tempfile::TempDir;
+
+mod common;
+use common::*;
+
+/// The helpers umount(8) and mount(8) run must be this build's binary.
+fn require_helpers() {
+    let bin = Path::new(BIN).canonicalize().unwrap();
+    for name in ["mount.fuse.moafs", "umount.fuse.moafs"] {
+        let link = Path::new("/sbin").join(name);
+        let target = fs::canonicalize(&link).unwrap_or_default();
+        assert_eq!(
+            target,
+            bin,
+            "{} must point at this build ({}): run `{} install-helpers`",
+            link.display(),
+            bin.display(),
+            bin.display()
+        );
+    }
+}
+
+/// The mountinfo line of the newest mount on `dir`: (source, type, mount options).
+fn mount_entry(dir: &Path) -> Option<(String, String, String)> {
+    let dir = dir.canonicalize().ok()?;
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().rev().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let f: Vec<&str> = pre.split(' ').collect();
+        if Path::new(f.get(4)?) != dir {
+            return None;
+        }
+        let mut post = post.split(' ');
+        let fstype = post.next()?.to_string();
+        let source = post.next()?.to_string();
+        Some((source, fstype, f.get(5)?.to_string()))
+    })
+}
+
+fn run(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().expect("run command");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    out
+}
+
+fn content(i: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|j| (j * 31 + i * 7 + j / 4096) as u8)
+        .collect()
+}
+
+#[test]
+fn mount_reads_as_moafs_of_its_image_with_its_vfs_options() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let dir = tmp.path().join("mnt");
+    let m = Mounted::new(&img, &dir, "noatime,nodiratime,noexec");
+    let (source, fstype, opts) = mount_entry(&dir).expect("mounted");
+    assert_eq!(source, p(&img.canonicalize().unwrap()));
+    assert_eq!(fstype, "fuse.moafs");
+    for o in ["rw", "noatime", "nodiratime", "noexec", "nosuid", "nodev"] {
+        assert!(opts.split(',').any(|x| x == o), "{o} not in {opts}");
+    }
+    // findmnt (what xfstests uses) finds it by its image
+    let out = run(Command::new("findmnt").args(["-n", "-o", "TARGET", "-S", p(&img)]));
+    assert_eq!(text(&out.stdout).trim(), p(&dir.canonicalize().unwrap()));
+    m.unmount();
+    let m = Mounted::new(&img, &dir, "strictatime,dev,suid");
+    let (_, _, opts) = mount_entry(&dir).unwrap();
+    for o in ["nosuid", "nodev", "noatime", "relatime"] {
+        assert!(!opts.split(',').any(|x| x == o), "{o} in {opts}");
+    }
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+/// `umount` (util-linux, through umount.fuse.moafs), `moafs umount` and `fusermount3 -u`
+/// (where the kernel returns first and `fsck`/`mount` wait for the daemon), each followed at
+/// once by `fsck -n`, a new mount, or a copy of the image: 100 of 100 must find the image
+/// whole, free and holding the last file written.
+#[test]
+fn umount_then_at_once_fsck_mount_or_copy() {
+    if !can_mount() {
+        return;
+    }
+    require_helpers();
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let copy = tmp.path().join("copy");
+    mkfs(&img, "64M");
+    let dir = tmp.path().join("mnt");
+    for i in 0..100 {
+        let m = Mounted::new(&img, &dir, "");
+        // enough dirty data that the daemon's last commit takes a moment
+        let data = content(i, (1 + i % 4) << 20);
+        fs::write(dir.join(format!("f{}", i % 5)), &data).unwrap();
+        let how: &[&str] = match i % 3 {
+            0 => &["umount"],
+            1 => &[BIN, "umount"],
+            _ => &["fusermount3", "-u"],
+        };
+        m.unmount_with(how);
+        let check = match i % 3 {
+            0 => "fsck",
+            1 => "mount",
+            _ => "copy",
+        };
+        match (check, how[0]) {
+            // a copy is only promised by the commands that wait for the daemon
+            ("copy", "fusermount3") | ("fsck", _) => {
+                let (code, out) = fsck(&img);
+                assert_eq!(code, 0, "try {i}: fsck -n right after {how:?}: {out}");
+            }
+            ("copy", _) => {
+                fs::copy(&img, &copy).unwrap();
+                let (code, out) = fsck(&copy);
+                assert_eq!(
+                    code, 0,
+                    "try {i}: fsck -n of a copy made after {how:?}: {out}"
+                );
+            }
+            _ => {
+                let m = Mounted::new(&img, &dir, "");
+                let back = fs::read(dir.join(format!("f{}", i % 5))).unwrap();
+                assert!(
+                    back == data,
+                    "try {i}: contents differ after {how:?} and mount"
+                );
+                m.unmount();
+            }
+        }
+    }
+    assert_fsck_clean(&img);
+}
+
+#[test]
+fn remount_read_only_refuses_writes_then_read_write_again() {
+    if !can_mount() {
+        return;
+    }
+    require_helpers();
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let dir = tmp.path().join("mnt");
+    let m = Mounted::new(&img, &dir, "");
+    let data = content(1, 300_000);
+    fs::write(dir.join("a"), &data).unwrap();
+    run(Command::new("mount").args(["-o", "remount,ro", p(&dir)]));
+    let (_, _, opts) = mount_entry(&dir).unwrap();
+    assert!(opts.starts_with("ro,"), "{opts}");
+    let err = fs::write(dir.join("b"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let err = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("a"))
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    assert_eq!(fs::read(dir.join("a")).unwrap(), data);
+    // An engine option cannot change on a remount: refused, the mount stays as it was.
+    let out = Command::new("mount")
+        .args(["-o", "remount,journal=data", p(&dir)])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    run(Command::new("mount").args(["-o", "remount,rw,noatime", p(&dir)]));
+    let (_, _, opts) = mount_entry(&dir).unwrap();
+    assert!(
+        opts.starts_with("rw,") && opts.contains("noatime"),
+        "{opts}"
+    );
+    // remount kept the mount's other flags
+    assert!(opts.contains("nosuid") && opts.contains("nodev"), "{opts}");
+    fs::write(dir.join("b"), b"x").unwrap();
+    m.unmount_with(&["umount"]);
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &dir, "");
+    assert_eq!(fs::read(dir.join("a")).unwrap(), data);
+    assert_eq!(fs::read(dir.join("b")).unwrap(), b"x");
+    m.unmount();
+}
+
+/// A second mount of a mounted image shows the same file system (as a second mount of a block
+/// device does); the daemon stays until the last mount goes; fsck refuses meanwhile.
+#[test]
+fn second_mount_shows_the_same_file_system() {
+    if !can_mount() {
+        return;
+    }
+    require_helpers();
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let (d1, d2) = (tmp.path().join("m1"), tmp.path().join("m2"));
+    let m = Mounted::new(&img, &d1, "");
+    fs::create_dir(&d2).unwrap();
+    run(Command::new("mount").args(["-t", "fuse.moafs", p(&img), p(&d2)]));
+    let second = Mounted::adopt(&d2, 0);
+    assert_eq!(
+        mount_entry(&d2).map(|e| (e.0, e.1)),
+        mount_entry(&d1).map(|e| (e.0, e.1))
+    );
+    fs::write(d1.join("f"), b"one").unwrap();
+    assert_eq!(fs::read(d2.join("f")).unwrap(), b"one");
+    fs::rename(d2.join("f"), d2.join("g")).unwrap();
+    assert!(d1.join("g").exists() && !d1.join("f").exists());
+    let (code, out) = fsck(&img);
+    assert_eq!(code, 8, "{out}");
+    assert!(out.contains("is mounted on"), "{out}");
+    second.unmount_with(&["umount"]);
+    // the first mount still serves
+    assert_eq!(fs::read(d1.join("g")).unwrap(), b"one");
+    m.unmount_with(&["umount"]);
+    assert_fsck_clean(&img);
+}
+
+/// generic/451's race: buffered readers keep filling the page cache while asynchronous
+/// O_DIRECT writes (libaio, through fio) replace the file; after each write a buffered read
+/// must return the new bytes, not a page cached during the write.
+#[test]
+fn buffered_reads_after_async_direct_writes_see_new_bytes() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let dir = tmp.path().join("mnt");
+    let m = Mounted::new(&img, &dir, "");
+    const SIZE: usize = 655_360;
+    let file = dir.join("dio");
+    fs::write(&file, vec![0u8; SIZE]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, file) = (stop.clone(), file.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = fs::read(&file);
+                }
+            })
+        })
+        .collect();
+    let mut stale = Vec::new();
+    for i in 0..40u8 {
+        let pattern = 0x10 + i;
+        run(Command::new("fio").args([
+            "--name=dio",
+            &format!("--filename={}", p(&file)),
+            "--rw=write",
+            &format!("--bs={SIZE}"),
+            &format!("--size={SIZE}"),
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=1",
+            &format!("--buffer_pattern=0x{pattern:02x}"),
+            "--output=/dev/null",
+        ]));
+        let back = fs::read(&file).unwrap();
+        if back.iter().any(|&b| b != pattern) {
+            stale.push(i);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(
+        stale.is_empty(),
+        "buffered reads returned stale bytes after writes {stale:?}"
+    );
+    m.unmount();
+    assert_fsck_clean(&img);
+}
+
+/// generic/736: a listing of a directory whose entries are renamed (within it) as they are
+/// read ends, and every name that is not renamed appears exactly once.
+#[test]
+fn listing_ends_while_its_entries_are_renamed() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "64M");
+    let dir = tmp.path().join("mnt");
+    let m = Mounted::new(&img, &dir, "");
+    let d = dir.join("spool");
+    fs::create_dir(&d).unwrap();
+    const N: usize = 3000;
+    for i in 0..N {
+        fs::File::create(d.join(format!("f{i}"))).unwrap();
+    }
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut listed = 0;
+    for e in fs::read_dir(&d).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        listed += 1;
+        assert!(listed <= 2 * N, "the listing does not end");
+        *seen.entry(name.clone()).or_default() += 1;
+        let i: usize = name[1..].split('_').next().unwrap().parse().unwrap();
+        if i.is_multiple_of(2) {
+            fs::rename(d.join(&name), d.join(format!("r{i}_{listed}"))).unwrap();
+        }
+    }
+    for i in (1..N).step_by(2) {
+        assert_eq!(seen.get(&format!("f{i}")), Some(&1), "f{i}");
+    }
+    assert!(listed <= N, "{listed} entries listed for {N} files");
+    let names: Vec<PathBuf> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(names.len(), N);
+    m.unmount();
+    assert_fsck_clean(&img);
+}

@@ -1,0 +1,241 @@
+//! Helpers of the real-mount tests: running the binary, fsck, and [`Mounted`], a guard that
+//! unmounts (`fusermount3 -u`, then `umount -l`) and waits for the daemon when dropped.
+#![allow(dead_code)] // each test crate uses a part
+
+use nix::sys::signal::Signal;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_moafs");
+
+/// Sends `sig` to a process we started.
+pub fn kill(pid: i32, sig: Signal) -> nix::Result<()> {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
+}
+
+/// Whether real mounts can run here.
+pub fn can_mount() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let ok = root && Path::new("/dev/fuse").exists();
+    if !ok {
+        // A skipped test must not pass silently: skipping is an explicit choice.
+        assert!(
+            std::env::var_os("MOAFS_SKIP_MOUNT_TESTS").is_some(),
+            "the real-mount tests need root and /dev/fuse (set MOAFS_SKIP_MOUNT_TESTS=1 to skip them)"
+        );
+        eprintln!("skipping: needs root and /dev/fuse (MOAFS_SKIP_MOUNT_TESTS is set)");
+    }
+    ok
+}
+
+pub fn moafs(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("run moafs")
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+pub fn mkfs(img: &Path, size: &str) {
+    let out = moafs(&["mkfs", "--size", size, p(img)]);
+    assert!(out.status.success(), "mkfs failed: {}", text(&out.stderr));
+}
+
+pub fn fsck(img: &Path) -> (i32, String) {
+    let out = moafs(&["fsck", "-n", p(img)]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.code().unwrap_or(-1), all)
+}
+
+pub fn assert_fsck_clean(img: &Path) {
+    let (code, out) = fsck(img);
+    assert_eq!(code, 0, "fsck not clean:\n{out}");
+}
+
+/// Whether `dir` is a mount point now.
+pub fn is_mounted(dir: &Path) -> bool {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts.lines().any(|l| {
+        let mp = l.split(' ').nth(1).unwrap_or("");
+        // /proc/mounts escapes spaces etc. as octal; our temp paths have none.
+        Path::new(mp) == dir
+    })
+}
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet).
+pub fn process_gone(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => {
+            // The state follows the parenthesised command name.
+            let state = s
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start())
+                .unwrap_or("");
+            state.starts_with('Z') || state.starts_with('X')
+        }
+    }
+}
+
+pub fn wait_gone(pid: i32, timeout: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if process_gone(pid) {
+            return true;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    process_gone(pid)
+}
+
+/// A live mount; unmounts and waits for its daemon on drop.
+pub struct Mounted {
+    pub dir: PathBuf,
+    pub pid: i32,
+    done: bool,
+}
+
+impl Mounted {
+    /// Mounts with the given extra options (comma-separated, may be empty).
+    pub fn new(img: &Path, dir: &Path, opts: &str) -> Mounted {
+        match Mounted::try_new(img, dir, opts) {
+            Ok(m) => m,
+            Err(out) => panic!(
+                "mount failed ({:?}): {}{}",
+                out.status,
+                text(&out.stdout),
+                text(&out.stderr)
+            ),
+        }
+    }
+
+    pub fn try_new(img: &Path, dir: &Path, opts: &str) -> Result<Mounted, Output> {
+        fs::create_dir_all(dir).unwrap();
+        let pidfile = dir.with_extension("pid");
+        let _ = fs::remove_file(&pidfile);
+        let mut o = format!("pidfile={}", p(&pidfile));
+        if !opts.is_empty() {
+            o = format!("{o},{opts}");
+        }
+        let out = moafs(&["mount", "-o", &o, p(img), p(dir)]);
+        Mounted::after_mount(out, dir, &pidfile)
+    }
+
+    /// Guards a mount made by some other command (`pid` 0: no daemon of its own to wait for).
+    pub fn adopt(dir: &Path, pid: i32) -> Mounted {
+        Mounted {
+            dir: dir.to_path_buf(),
+            pid,
+            done: false,
+        }
+    }
+
+    /// Takes over a mount made by some other command, given its pid file.
+    pub fn after_mount(out: Output, dir: &Path, pidfile: &Path) -> Result<Mounted, Output> {
+        if !out.status.success() {
+            // Never leave a mount behind, even if the command lied.
+            if is_mounted(dir) {
+                let _ = Command::new("umount").arg("-l").arg(dir).status();
+            }
+            return Err(out);
+        }
+        let pid: i32 = fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        let m = Mounted {
+            dir: dir.to_path_buf(),
+            pid,
+            done: false,
+        };
+        assert!(pid > 0, "no pid file {}", pidfile.display());
+        assert!(
+            is_mounted(dir),
+            "{} is not mounted after mount returned",
+            dir.display()
+        );
+        Ok(m)
+    }
+
+    /// Unmounts and waits until the daemon has exited (and so written everything back).
+    pub fn unmount(mut self) {
+        self.cleanup(true);
+    }
+
+    /// Unmounts with `cmd DIR` (e.g. `umount`, `moafs umount`, `fusermount3 -u`) and returns
+    /// as soon as the command does, without waiting for the daemon: what the command promises
+    /// is the caller's to check.
+    pub fn unmount_with(mut self, cmd: &[&str]) -> i32 {
+        let out = Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg(&self.dir)
+            .output()
+            .expect("run the unmount command");
+        assert!(
+            out.status.success(),
+            "{cmd:?} {} failed: {}",
+            self.dir.display(),
+            text(&out.stderr)
+        );
+        assert!(
+            !is_mounted(&self.dir),
+            "{cmd:?} left {} mounted",
+            self.dir.display()
+        );
+        self.done = true;
+        self.pid
+    }
+
+    pub fn cleanup(&mut self, strict: bool) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let mut last_err = String::new();
+        // A file descriptor briefly duplicated into a child being spawned by another test
+        // thread can make the mount busy for a moment: retry before giving up.
+        for _ in 0..50 {
+            if !is_mounted(&self.dir) {
+                break;
+            }
+            match Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.dir)
+                .output()
+            {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => last_err = text(&out.stderr),
+                Err(e) => last_err = e.to_string(),
+            }
+            if is_mounted(&self.dir) {
+                sleep(Duration::from_millis(100));
+            }
+        }
+        if is_mounted(&self.dir) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            if strict {
+                panic!("fusermount3 -u {} failed: {last_err}", self.dir.display());
+            }
+        }
+        if self.pid > 0 && !wait_gone(self.pid, Duration::from_secs(60)) {
+            let _ = kill(self.pid, Signal::SIGKILL);
+            if strict {
+                panic!("daemon {} did not exit after unmount", self.pid);
+            }
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.cleanup(false);
+    }
+}
