@@ -298,6 +298,10 @@ impl Filesystem for MoafsFuse {
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // File handles (name_to_handle_at/open_by_handle_at, NFS export): a handle holds
+            // the inode number and generation; the kernel finds an inode it no longer caches
+            // by LOOKUP of "." in it (and a directory's parent by "..").
+            InitFlags::FUSE_EXPORT_SUPPORT,
             // Not FUSE_ASYNC_DIO: with it the kernel completes an asynchronous O_DIRECT write
             // (aio, io_uring) without invalidating the page cache afterwards, so a page that a
             // buffered reader cached during the write stays stale (xfstests generic/451).

@@ -337,3 +337,114 @@ fn listing_ends_while_its_entries_are_renamed() {
     m.unmount();
     assert_fsck_clean(&img);
 }
+
+/// A file handle of `path` (name_to_handle_at(2)): the kernel's opaque bytes.
+fn handle_of(path: &Path) -> Vec<u8> {
+    let c = std::ffi::CString::new(p(path)).unwrap();
+    // struct file_handle { u32 handle_bytes; i32 handle_type; u8 f_handle[]; }: 8 + 128 bytes,
+    // u32-aligned.
+    let mut buf = vec![0u32; (8 + 128) / 4];
+    buf[0] = 128;
+    let mut mount_id = 0;
+    // SAFETY: `buf` is a writable, u32-aligned buffer of 136 bytes whose first field says
+    // 128 bytes follow the 8-byte header, as name_to_handle_at(2) requires; `c` is a
+    // NUL-terminated path and `mount_id` a valid int to write to.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "name_to_handle_at {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    let len = 8 + buf[0] as usize;
+    buf.iter().flat_map(|w| w.to_ne_bytes()).take(len).collect()
+}
+
+/// open_by_handle_at(2) through the mount at `mnt`, then reads the whole file.
+fn read_by_handle(mnt: &Path, handle: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let dir = fs::File::open(mnt)?;
+    let mut buf = vec![0u32; handle.len().div_ceil(4)];
+    for (i, b) in handle.iter().enumerate() {
+        let w = &mut buf[i / 4];
+        let mut bytes = w.to_ne_bytes();
+        bytes[i % 4] = *b;
+        *w = u32::from_ne_bytes(bytes);
+    }
+    // SAFETY: `buf` holds a file handle as name_to_handle_at(2) wrote it (header + bytes),
+    // u32-aligned; the kernel only reads it. `dir` is an open descriptor of the mount.
+    let fd = unsafe {
+        libc::open_by_handle_at(dir.as_raw_fd(), buf.as_mut_ptr().cast(), libc::O_RDONLY)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by open_by_handle_at and is owned by nobody else.
+    let mut f = unsafe { fs::File::from_raw_fd(fd) };
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Forget every cached dentry and inode, so a handle must be resolved by the daemon.
+fn drop_dentries() {
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+}
+
+/// Handles (open_by_handle_at) find files the kernel no longer caches, across a remount and
+/// after links come and go; a handle of a file whose last link is gone is stale.
+#[test]
+fn file_handles_across_remount_and_links() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let dir = tmp.path().join("mnt");
+    let m = Mounted::new(&img, &dir, "");
+    fs::create_dir(dir.join("d")).unwrap();
+    fs::write(dir.join("d/kept"), b"kept").unwrap();
+    fs::write(dir.join("linked"), b"linked").unwrap();
+    fs::write(dir.join("gone"), b"gone").unwrap();
+    let (kept, linked, gone) = (
+        handle_of(&dir.join("d/kept")),
+        handle_of(&dir.join("linked")),
+        handle_of(&dir.join("gone")),
+    );
+    drop_dentries();
+    assert_eq!(read_by_handle(&dir, &kept).unwrap(), b"kept");
+    // a second name, then the first goes: the inode lives on
+    fs::hard_link(dir.join("linked"), dir.join("d/other")).unwrap();
+    fs::remove_file(dir.join("linked")).unwrap();
+    fs::remove_file(dir.join("gone")).unwrap();
+    drop_dentries();
+    assert_eq!(read_by_handle(&dir, &linked).unwrap(), b"linked");
+    let err = read_by_handle(&dir, &gone).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESTALE), "{err}");
+    m.unmount();
+    let m = Mounted::new(&img, &dir, "");
+    assert_eq!(read_by_handle(&dir, &kept).unwrap(), b"kept");
+    assert_eq!(read_by_handle(&dir, &linked).unwrap(), b"linked");
+    let err = read_by_handle(&dir, &gone).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESTALE), "{err}");
+    // the inode number comes back for a new file: the old handle stays stale (generation)
+    for i in 0..4 {
+        fs::write(dir.join(format!("new{i}")), b"new").unwrap();
+    }
+    drop_dentries();
+    let err = read_by_handle(&dir, &gone).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ESTALE), "{err}");
+    m.unmount();
+    assert_fsck_clean(&img);
+}

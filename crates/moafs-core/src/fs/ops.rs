@@ -102,7 +102,12 @@ impl Inner {
             return Err(FsError::NameTooLong);
         }
         if name == b"." {
-            self.dir(parent)?;
+            // Also of files: the kernel looks an inode up by "." in itself to open a file
+            // handle (open_by_handle_at, NFS export) it no longer caches. An inode without
+            // links is gone for handles (ESTALE), as on ext4.
+            if self.inode(parent)?.d.nlink == 0 {
+                return Err(FsError::Stale { ino: parent });
+            }
             return Ok(parent);
         }
         if name == b".." {

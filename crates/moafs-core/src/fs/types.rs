@@ -12,7 +12,21 @@ pub struct Timespec {
 }
 
 impl Timespec {
+    /// The time the kernel would stamp now: Linux sets a file's times from its coarse clock
+    /// (`current_time()`, updated every tick), so with the writeback cache the kernel's mtime
+    /// of a written file is read from it. The engine uses the same clock, so that a file
+    /// created and written at once does not get an atime (engine) after its mtime (kernel) —
+    /// which `relatime` reads as "already accessed" — nor times after those of a later change.
     pub fn now() -> Timespec {
+        use nix::time::{clock_gettime, ClockId};
+        if let Ok(t) = clock_gettime(ClockId::CLOCK_REALTIME_COARSE) {
+            if t.tv_sec() >= 0 {
+                return Timespec {
+                    sec: t.tv_sec(),
+                    nsec: t.tv_nsec() as u32,
+                };
+            }
+        }
         let d = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
