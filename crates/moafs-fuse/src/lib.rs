@@ -9,9 +9,9 @@
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
 };
 use moafs_core::fs::{
     Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr, TimeOrNow, Timespec,
@@ -28,7 +28,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::thread::JoinHandleExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -117,6 +117,8 @@ pub struct MoafsFuse {
     /// listing starts at offset 0, see `Fs::readdir_end`).
     dir_streams: Mutex<HashMap<u64, u64>>,
     next_dir_handle: AtomicU64,
+    /// Tells the kernel to drop cached attributes (set once the session exists).
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl MoafsFuse {
@@ -129,6 +131,7 @@ impl MoafsFuse {
             uring_granted: Arc::new(AtomicBool::new(false)),
             dir_streams: Mutex::new(HashMap::new()),
             next_dir_handle: AtomicU64::new(1),
+            notifier: Arc::new(OnceLock::new()),
         }
     }
 
@@ -156,6 +159,27 @@ impl MoafsFuse {
         Ok(streams.get(&fh.0).copied().unwrap_or(u64::MAX))
     }
 
+    /// Where the session's notifier goes once the session exists.
+    pub fn notifier_slot(&self) -> &Arc<OnceLock<Notifier>> {
+        &self.notifier
+    }
+
+    /// Drops set-user-ID/set-group-ID for a write-like change by the caller of `req`; when
+    /// the mode changed, the kernel is told to forget the attributes it caches (the reply of
+    /// a WRITE or FALLOCATE carries none, and the kernel keeps the old mode for the TTL).
+    fn kill_suid(&self, req: &Request, ino: u64) -> Result<(), FsError> {
+        let groups = unprivileged_groups(req);
+        if self.fs.kill_suid(ino, groups.as_deref())? {
+            if let Some(n) = self.notifier.get() {
+                // offset < 0: attributes only, no page is touched (safe inside a request)
+                if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                    log::debug!("attribute invalidation of {ino}: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The request counter that drives polling.
     pub fn activity(&self) -> &Arc<Activity> {
         &self.activity
@@ -164,6 +188,25 @@ impl MoafsFuse {
 
 fn errno(e: &FsError) -> Errno {
     Errno::from_i32(e.to_errno())
+}
+
+/// The caller's groups (primary first) for set-group-ID decisions, or `None` when it counts as
+/// privileged. FUSE passes neither capabilities nor supplementary groups: uid 0 stands for
+/// CAP_FSETID, and the groups come from /proc/PID/status.
+fn unprivileged_groups(req: &Request) -> Option<Vec<u32>> {
+    if req.uid() == 0 {
+        return None;
+    }
+    let mut groups = vec![req.gid()];
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
+        if let Some(line) = status.lines().find_map(|l| l.strip_prefix("Groups:")) {
+            groups.extend(
+                line.split_whitespace()
+                    .filter_map(|g| g.parse::<u32>().ok()),
+            );
+        }
+    }
+    Some(groups)
 }
 
 fn caller(req: &Request) -> Caller {
@@ -385,6 +428,7 @@ impl Filesystem for MoafsFuse {
         reply: ReplyAttr,
     ) {
         self.activity.note();
+        let kill_suid = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
         let set = SetAttr {
             mode,
             uid,
@@ -395,7 +439,12 @@ impl Filesystem for MoafsFuse {
             ctime: ctime.map(from_system_time),
             // HANDLE_KILLPRIV_V2: chown always drops suid/sgid; truncation by an unprivileged
             // caller does too (fuser does not pass FATTR_KILL_SUIDGID, so decide by uid).
-            kill_suid: uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0),
+            kill_suid,
+            unprivileged: if kill_suid || mode.is_some_and(|m| m & libc::S_ISGID != 0) {
+                unprivileged_groups(req)
+            } else {
+                None
+            },
         };
         match self.fs.setattr(ino.0, &set) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
@@ -550,7 +599,7 @@ impl Filesystem for MoafsFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -562,7 +611,7 @@ impl Filesystem for MoafsFuse {
     ) {
         self.activity.note();
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            if let Err(e) = self.fs.kill_suid(ino.0) {
+            if let Err(e) = self.kill_suid(req, ino.0) {
                 return reply.error(errno(&e));
             }
         }
@@ -849,7 +898,7 @@ impl Filesystem for MoafsFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -858,6 +907,13 @@ impl Filesystem for MoafsFuse {
         reply: ReplyEmpty,
     ) {
         self.activity.note();
+        // Changing a file's blocks counts as a write: an unprivileged caller drops
+        // set-user-ID and set-group-ID (xfstests generic/683, 684).
+        if req.uid() != 0 {
+            if let Err(e) = self.kill_suid(req, ino.0) {
+                return reply.error(errno(&e));
+            }
+        }
         Self::empty(reply, self.fs.fallocate(ino.0, offset, length, mode));
     }
 }
@@ -1229,7 +1285,9 @@ pub fn mount_blocking(
         }
     }
     let uring_granted = adapter.uring_granted().clone();
+    let notifier_slot = adapter.notifier_slot().clone();
     let mut session = Session::new(adapter, &mountpoint, &fuser_config(cfg))?;
+    let _ = notifier_slot.set(session.notifier());
     // FUSE over io_uring when INIT granted it; otherwise /dev/fuse, where the thread reading
     // the session's own descriptor polls (fuser gives the other threads descriptors of their
     // own, which keep sleeping in read()).

@@ -448,3 +448,89 @@ fn file_handles_across_remount_and_links() {
     m.unmount();
     assert_fsck_clean(&img);
 }
+
+/// Runs `cmd args` as the unprivileged user nobody (65534:65534, no supplementary groups).
+fn as_nobody(cmd: &str, args: &[&str]) {
+    use std::os::unix::process::CommandExt;
+    run(Command::new(cmd).args(args).uid(65534).gid(65534));
+}
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path).unwrap().mode() & 0o7777
+}
+
+/// Set-user-ID and set-group-ID as the kernel's own file systems keep them: an unprivileged
+/// write, direct write, truncate, fallocate or hole punch drops both (set-group-ID of a file
+/// that is not group-executable because nobody is not in its group), and `stat` sees it at
+/// once; root's fallocate keeps them; an unprivileged chmod cannot set set-group-ID for a
+/// group it is not in; a set-group-ID directory passes its group on, and the bit to new
+/// directories.
+#[test]
+fn set_id_bits_cleared_and_inherited() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let dir = tmp.path().join("mnt");
+    fs::create_dir_all(&dir).unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let m = Mounted::new(&img, &dir, "allow_other");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let f = dir.join("f");
+    let fp = p(&f);
+    fs::write(&f, vec![7u8; 196_608]).unwrap();
+    let of = format!("of={fp}");
+    let dd = [
+        "if=/dev/zero",
+        &of,
+        "bs=4096",
+        "count=1",
+        "conv=notrunc",
+        "status=none",
+    ];
+    let ops: [(&str, Vec<&str>); 5] = [
+        ("fallocate", vec!["-o", "65536", "-l", "65536", fp]),
+        ("fallocate", vec!["-p", "-o", "65536", "-l", "65536", fp]),
+        ("truncate", vec!["-s", "100000", fp]),
+        ("dd", [&dd[..], &["oflag=direct"]].concat()),
+        ("dd", dd.to_vec()),
+    ];
+    for (cmd, args) in &ops {
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o6666)).unwrap();
+        assert_eq!(mode_of(&f), 0o6666);
+        as_nobody(cmd, args);
+        assert_eq!(mode_of(&f), 0o666, "{cmd} {args:?} by nobody");
+    }
+    // root (CAP_FSETID) keeps them
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6676)).unwrap();
+    run(Command::new("fallocate").args(["-o", "0", "-l", "4096", fp]));
+    assert_eq!(mode_of(&f), 0o6676);
+    // chmod g+s by an owner outside the file's group: the bit is dropped
+    let g = dir.join("g");
+    fs::write(&g, b"g").unwrap();
+    std::os::unix::fs::chown(&g, Some(65534), Some(0)).unwrap();
+    as_nobody("chmod", &["2755", p(&g)]);
+    assert_eq!(mode_of(&g), 0o755);
+    std::os::unix::fs::chown(&g, Some(65534), Some(65534)).unwrap();
+    as_nobody("chmod", &["2755", p(&g)]);
+    assert_eq!(mode_of(&g), 0o2755);
+    // inheritance from a set-group-ID directory
+    let sd = dir.join("sgid");
+    fs::create_dir(&sd).unwrap();
+    std::os::unix::fs::chown(&sd, None, Some(4242)).unwrap();
+    fs::set_permissions(&sd, fs::Permissions::from_mode(0o2777)).unwrap();
+    fs::write(sd.join("file"), b"x").unwrap();
+    fs::create_dir(sd.join("sub")).unwrap();
+    as_nobody("mkdir", &[p(&sd.join("bynobody"))]);
+    for (name, sgid) in [("file", false), ("sub", true), ("bynobody", true)] {
+        let md = fs::metadata(sd.join(name)).unwrap();
+        assert_eq!(md.gid(), 4242, "{name}");
+        assert_eq!(md.mode() & 0o2000 != 0, sgid, "{name}");
+    }
+    m.unmount();
+    assert_fsck_clean(&img);
+}

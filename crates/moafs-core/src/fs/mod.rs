@@ -408,9 +408,12 @@ impl Fs {
         g.last_commit = Instant::now();
         Ok(false)
     }
-    /// Clears set-user-ID (and set-group-ID if group-executable) of a regular file.
-    pub fn kill_suid(&self, ino: Ino) -> FsResult<()> {
-        self.lock().kill_suid(ino)
+    /// Clears set-user-ID of a regular file, and set-group-ID if it is group-executable or
+    /// the caller (`who`: its groups when unprivileged, `None` when privileged) is not in
+    /// the file's group: what a write, truncate or fallocate by `who` does. True when the
+    /// mode changed.
+    pub fn kill_suid(&self, ino: Ino, who: Option<&[u32]>) -> FsResult<bool> {
+        self.lock().kill_suid(ino, who)
     }
     pub fn statfs(&self) -> StatFs {
         self.lock().statfs()

@@ -12,13 +12,20 @@ use crate::format::{DirBlock, DiskInode, XattrBlock, NAME_MAX, SYMLINK_MAX};
 /// Most hard links to one inode.
 const LINK_MAX: u32 = 65000;
 
-/// `mode` without set-user-ID, and without set-group-ID if group-executable (regular files).
-fn killed_suid(mode: u32) -> u32 {
+/// Whether a caller (`None`: privileged) counts as in group `gid`.
+fn in_group(who: Option<&[u32]>, gid: u32) -> bool {
+    who.is_none_or(|groups| groups.contains(&gid))
+}
+
+/// `mode` of a regular file of group `gid` after a change by `who` (`None`: privileged):
+/// without set-user-ID, and without set-group-ID if group-executable or if `who` is not in
+/// the group (the kernel's `setattr_should_drop_sgid`).
+fn killed_suid(mode: u32, gid: u32, who: Option<&[u32]>) -> u32 {
     if mode & libc::S_IFMT != libc::S_IFREG {
         return mode;
     }
     let mut m = mode & !libc::S_ISUID;
-    if m & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+    if m & libc::S_ISGID != 0 && (m & libc::S_IXGRP != 0 || !in_group(who, gid)) {
         m &= !libc::S_ISGID;
     }
     m
@@ -516,17 +523,22 @@ impl Inner {
             }
         }
         let node = self.inode(ino)?;
-        if let Some(mode) = set.mode {
-            node.d.mode = (node.d.mode & libc::S_IFMT) | (mode & 0o7777);
-        }
+        let who = set.unprivileged.as_deref();
         if let Some(uid) = set.uid {
             node.d.uid = uid;
         }
         if let Some(gid) = set.gid {
             node.d.gid = gid;
         }
+        if let Some(mode) = set.mode {
+            let mut perm = mode & 0o7777;
+            if !in_group(who, node.d.gid) {
+                perm &= !libc::S_ISGID;
+            }
+            node.d.mode = (node.d.mode & libc::S_IFMT) | perm;
+        }
         if set.kill_suid && set.mode.is_none() {
-            node.d.mode = killed_suid(node.d.mode);
+            node.d.mode = killed_suid(node.d.mode, node.d.gid, who);
         }
         let t = |x: TimeOrNow| match x {
             TimeOrNow::Now => now.pair(),
@@ -545,15 +557,17 @@ impl Inner {
     }
 
     /// A write by an unprivileged caller drops set-user-ID/set-group-ID (HANDLE_KILLPRIV_V2).
-    pub(crate) fn kill_suid(&mut self, ino: u64) -> FsResult<()> {
+    /// True when the mode changed.
+    pub(crate) fn kill_suid(&mut self, ino: u64, who: Option<&[u32]>) -> FsResult<bool> {
         let node = self.inode(ino)?;
-        let m = killed_suid(node.d.mode);
-        if m != node.d.mode {
-            node.d.mode = m;
-            node.d.ctime = Timespec::now().pair();
-            node.dirty = true;
+        let m = killed_suid(node.d.mode, node.d.gid, who);
+        if m == node.d.mode {
+            return Ok(false);
         }
-        Ok(())
+        node.d.mode = m;
+        node.d.ctime = Timespec::now().pair();
+        node.dirty = true;
+        Ok(true)
     }
 
     pub(crate) fn statfs(&mut self) -> StatFs {

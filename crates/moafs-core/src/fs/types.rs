@@ -145,9 +145,14 @@ pub struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub ctime: Option<Timespec>,
-    /// Clear set-user-ID, and set-group-ID if group-executable, on a regular file (what chown
-    /// and an unprivileged truncate do; the FUSE adapter sets it under HANDLE_KILLPRIV_V2).
+    /// Clear set-user-ID, and set-group-ID if group-executable or if an unprivileged caller
+    /// is not in the file's group, on a regular file (what chown and an unprivileged truncate
+    /// do; the FUSE adapter sets it under HANDLE_KILLPRIV_V2).
     pub kill_suid: bool,
+    /// The caller's groups (primary first) when it is unprivileged, `None` for a privileged
+    /// caller (root: CAP_FSETID). An unprivileged chmod that sets set-group-ID on a file of a
+    /// group the caller is not in drops it, as the kernel does for its own file systems.
+    pub unprivileged: Option<Vec<u32>>,
 }
 
 /// Who asks: new inodes take their owner from here.
