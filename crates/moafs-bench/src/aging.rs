@@ -55,7 +55,7 @@ pub struct AgingResult {
     pub reached: bool,
 }
 
-const ROOT: Caller = Caller { uid: 0, gid: 0 };
+const ROOT: Caller = Caller::ROOT;
 
 fn err(e: moafs_core::FsError) -> io::Error {
     io::Error::from_raw_os_error(e.to_errno())

@@ -152,7 +152,7 @@ pub fn read_file(t: &dyn Target, path: &str, block: usize) -> io::Result<u64> {
     closed.map(|()| n)
 }
 
-const ROOT: Caller = Caller { uid: 0, gid: 0 };
+const ROOT: Caller = Caller::ROOT;
 
 fn engine_err(e: moafs_core::FsError) -> io::Error {
     io::Error::from_raw_os_error(e.to_errno())

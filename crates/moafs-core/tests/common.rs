@@ -5,7 +5,7 @@ use moafs_core::mkfs::{mkfs, MkfsOptions};
 use moafs_core::Fs;
 use std::sync::Arc;
 
-pub const ME: Caller = Caller { uid: 0, gid: 0 };
+pub const ME: Caller = Caller::ROOT;
 
 pub fn new_dev(size: u64) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(size));

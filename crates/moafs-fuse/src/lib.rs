@@ -14,7 +14,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
 };
 use moafs_core::fs::{
-    Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr, TimeOrNow, Timespec,
+    acl, Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr, TimeOrNow, Timespec,
     XattrFlags,
 };
 use moafs_core::{Fs, FsError};
@@ -119,6 +119,8 @@ pub struct MoafsFuse {
     next_dir_handle: AtomicU64,
     /// Tells the kernel to drop cached attributes (set once the session exists).
     notifier: Arc<OnceLock<Notifier>>,
+    /// Ask for POSIX ACLs (only with default_permissions, which they need).
+    posix_acl: bool,
 }
 
 impl MoafsFuse {
@@ -132,6 +134,7 @@ impl MoafsFuse {
             dir_streams: Mutex::new(HashMap::new()),
             next_dir_handle: AtomicU64::new(1),
             notifier: Arc::new(OnceLock::new()),
+            posix_acl: cfg.default_permissions,
         }
     }
 
@@ -180,6 +183,23 @@ impl MoafsFuse {
         Ok(())
     }
 
+    /// Drops set-group-ID of `ino` if the unprivileged caller of `req` is not in its group.
+    fn strip_sgid_of_outsider(&self, req: &Request, ino: u64) -> Result<(), FsError> {
+        let Some(groups) = unprivileged_groups(req) else {
+            return Ok(());
+        };
+        let a = self.fs.getattr(ino)?;
+        if a.perm & libc::S_ISGID as u16 != 0 && !groups.contains(&a.gid) {
+            let set = SetAttr {
+                mode: Some(u32::from(a.perm)),
+                unprivileged: Some(groups),
+                ..SetAttr::default()
+            };
+            self.fs.setattr(ino, &set)?;
+        }
+        Ok(())
+    }
+
     /// The request counter that drives polling.
     pub fn activity(&self) -> &Arc<Activity> {
         &self.activity
@@ -213,6 +233,17 @@ fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
+        umask: 0,
+    }
+}
+
+/// The caller of a create, mkdir or mknod with the umask the kernel passed: with DONT_MASK
+/// (granted with POSIX_ACL) the mode arrives unmasked, and the engine applies the umask unless
+/// the directory has a default ACL.
+fn creator(req: &Request, umask: u32) -> Caller {
+    Caller {
+        umask: umask & 0o777,
+        ..caller(req)
     }
 }
 
@@ -355,6 +386,16 @@ impl Filesystem for MoafsFuse {
                 log::info!("kernel does not support {missing:?}");
             }
         }
+        // POSIX ACLs: the kernel checks permissions against the ACL xattrs (it needs
+        // default_permissions for that) and caches them; the engine keeps mode and ACL in
+        // step and inherits default ACLs, so the kernel must not apply the umask itself
+        // (DONT_MASK: the engine applies it when there is no default ACL).
+        if self.posix_acl {
+            match config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK) {
+                Ok(()) => {}
+                Err(missing) => log::info!("kernel does not support {missing:?}"),
+            }
+        }
         if self.want_uring {
             match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
                 Ok(()) => self.uring_granted.store(true, Ordering::SeqCst),
@@ -466,14 +507,14 @@ impl Filesystem for MoafsFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         self.activity.note();
         let res = self
             .fs
-            .mknod(parent.0, name.as_bytes(), mode, rdev, caller(req));
+            .mknod(parent.0, name.as_bytes(), mode, rdev, creator(req, umask));
         self.entry(reply, res);
     }
 
@@ -483,13 +524,16 @@ impl Filesystem for MoafsFuse {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
         self.activity.note();
-        let res = self
-            .fs
-            .mkdir(parent.0, name.as_bytes(), mode & 0o7777, caller(req));
+        let res = self.fs.mkdir(
+            parent.0,
+            name.as_bytes(),
+            mode & 0o7777,
+            creator(req, umask),
+        );
         self.entry(reply, res);
     }
 
@@ -813,7 +857,7 @@ impl Filesystem for MoafsFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -837,10 +881,13 @@ impl Filesystem for MoafsFuse {
             create: flags & libc::XATTR_CREATE != 0,
             replace: flags & libc::XATTR_REPLACE != 0,
         };
-        Self::empty(
-            reply,
-            self.fs.setxattr(ino.0, name.as_bytes(), value, flags),
-        );
+        let mut res = self.fs.setxattr(ino.0, name.as_bytes(), value, flags);
+        if res.is_ok() && name.as_bytes() == acl::ACCESS {
+            // Setting an access ACL is a chmod: an unprivileged caller outside the file's
+            // group loses set-group-ID (the kernel asks for it only with SETXATTR_EXT).
+            res = self.strip_sgid_of_outsider(req, ino.0);
+        }
+        Self::empty(reply, res);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -1316,12 +1363,25 @@ pub fn mount_blocking(
     };
     // stat() of the mount point is served by this very session: do it from a thread, once
     // `session.run()` below is answering requests (doing it here would deadlock).
-    {
+    // The mount is "ready" only after this is done: a umount racing the thread's stat would
+    // find the mount busy.
+    let bdi_done = {
         let (mp, cfg) = (mountpoint.clone(), cfg.clone());
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("moafs-bdi".into())
-            .spawn(move || tune_bdi(&mp, &cfg))?;
-    }
+            .spawn(move || {
+                tune_bdi(&mp, &cfg);
+                let _ = tx.send(());
+            })?;
+        rx
+    };
+    let ready = move || {
+        if bdi_done.recv_timeout(Duration::from_secs(10)).is_err() {
+            log::warn!("tuning the mount's bdi did not finish in 10 s");
+        }
+        ready()
+    };
     let ticker = Ticker::start(fs.clone())?;
     let behind = WriteBehind::start(fs.clone())?;
     let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;

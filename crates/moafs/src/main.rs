@@ -209,6 +209,9 @@ struct MountArgs {
     sloppy: bool,
     #[arg(short = 'v', hide = true)]
     verbose: bool,
+    /// Run as mount(8)'s helper (mount.moafs, mount.fuse.moafs): set from argv[0].
+    #[arg(long, hide = true)]
+    mount_helper: bool,
     image: PathBuf,
     mountpoint: PathBuf,
 }
@@ -318,6 +321,9 @@ fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
     };
     if let Some(sub) = sub {
         args.insert(1, sub.into());
+        if matches!(prog.as_str(), "mount.moafs" | "mount.fuse.moafs") {
+            args.insert(2, "--mount-helper".into());
+        }
     }
     args[0] = "moafs".into();
     args
@@ -1224,7 +1230,13 @@ fn remove_pidfile(path: &Path) {
     }
 }
 
-fn cmd_mount(a: MountArgs) -> u8 {
+fn cmd_mount(mut a: MountArgs) -> u8 {
+    if a.mount_helper && nix::unistd::geteuid().is_root() {
+        // mount(8) passes `nodev`/`nosuid` when asked for and never `dev`/`suid`, the kernel
+        // defaults: as root's helper, mount as a kernel file system would be (FUSE's own
+        // default, used by `moafs mount`, is nodev,nosuid).
+        a.options.insert(0, "dev,suid".into());
+    }
     let mut plan = match parse_mount_options(&a.options) {
         Ok(p) => p,
         Err(e) => return report(Err(e)),
@@ -1611,7 +1623,11 @@ mod tests {
         );
         assert_eq!(
             rewrite_args(v(&["mount.fuse.moafs", "img", "dir", "-o", "rw"])),
-            v(&["moafs", "mount", "img", "dir", "-o", "rw"])
+            v(&["moafs", "mount", "--mount-helper", "img", "dir", "-o", "rw"])
+        );
+        assert_eq!(
+            rewrite_args(v(&["/sbin/umount.fuse.moafs", "dir"])),
+            v(&["moafs", "umount", "dir"])
         );
         assert_eq!(
             rewrite_args(v(&["moafs", "fsck", "img"])),

@@ -534,3 +534,94 @@ fn set_id_bits_cleared_and_inherited() {
     m.unmount();
     assert_fsck_clean(&img);
 }
+
+fn getfacl(path: &Path) -> String {
+    let out = run(Command::new("getfacl").args(["-c", "-n", "-E", p(path)]));
+    text(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// POSIX ACLs: the kernel enforces them (a named user's entry opens a file its mode closes),
+/// the mode follows the ACL and the ACL a chmod, an ACL that says no more than the mode is
+/// not kept, and new files and directories inherit a directory's default ACL instead of the
+/// umask — also after a remount.
+#[test]
+fn posix_acls_are_enforced_kept_in_step_and_inherited() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let dir = tmp.path().join("mnt");
+    fs::create_dir_all(&dir).unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let m = Mounted::new(&img, &dir, "allow_other");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let f = dir.join("secret");
+    fs::write(&f, b"s").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+    let nobody_reads = || {
+        Command::new("cat")
+            .arg(&f)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(!nobody_reads());
+    run(Command::new("setfacl").args(["-m", "u:65534:r", p(&f)]));
+    assert!(nobody_reads(), "the ACL entry is not enforced");
+    assert_eq!(mode_of(&f), 0o640, "the mode's group bits show the mask");
+    run(Command::new("chmod").args(["600", p(&f)]));
+    assert_eq!(
+        getfacl(&f),
+        "user::rw-,user:65534:r--,group::---,mask::---,other::---"
+    );
+    assert!(!nobody_reads(), "chmod must narrow the ACL's mask");
+    run(Command::new("setfacl").args(["-b", p(&f)]));
+    assert_eq!(getfacl(&f), "user::rw-,group::---,other::---");
+    assert!(xattr::get(&f, "system.posix_acl_access").unwrap().is_none());
+    // inheritance
+    let d = dir.join("shared");
+    fs::create_dir(&d).unwrap();
+    run(Command::new("setfacl").args(["-d", "-m", "u:65534:rx,g::rwx,o::-", p(&d)]));
+    run(Command::new("sh").args([
+        "-c",
+        &format!("umask 077; touch {0}/file; mkdir {0}/sub", p(&d)),
+    ]));
+    assert_eq!(
+        mode_of(&d.join("file")),
+        0o660,
+        "the default ACL, not the umask"
+    );
+    assert_eq!(mode_of(&d.join("sub")), 0o770);
+    assert_eq!(
+        getfacl(&d.join("file")),
+        "user::rw-,user:65534:r-x,group::rwx,mask::rw-,other::---"
+    );
+    assert!(getfacl(&d.join("sub")).contains("default:user:65534:r-x"));
+    // without a default ACL the umask applies as before
+    run(Command::new("sh").args(["-c", &format!("umask 027; touch {}/plain", p(&dir))]));
+    assert_eq!(mode_of(&dir.join("plain")), 0o640);
+    m.unmount();
+    let m = Mounted::new(&img, &dir, "allow_other");
+    assert!(getfacl(&d.join("file")).contains("user:65534:r-x"));
+    assert!(Command::new("cat")
+        .arg(d.join("file"))
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    m.unmount();
+    assert_fsck_clean(&img);
+}

@@ -12,6 +12,7 @@
 //! the new blocks of large files between commits outside it, holding `Inner::wb_io`, which
 //! every commit takes after the engine lock and before `io_gate`.
 
+pub mod acl;
 mod alloc;
 pub(crate) use alloc::free_extents;
 mod behind;

@@ -1,5 +1,6 @@
 //! Namespace and attribute operations.
 
+use super::acl::{self, Acl};
 use super::dir::Dir;
 use super::node::Inode;
 use super::{
@@ -185,6 +186,23 @@ impl Inner {
             .ok_or(FsError::NoSpace)?;
         let now = Timespec::now().pair();
         let mut perm = mode & 0o7777;
+        // The directory's default ACL replaces the umask (not for symlinks, always 0777).
+        let (mut access_acl, mut default_acl) = (None, None);
+        if kind != FileKind::Symlink {
+            match self.default_acl(parent)? {
+                Some(dacl) => {
+                    let mut a = dacl.clone();
+                    perm = (perm & !0o777) | a.create_masq(perm);
+                    if !a.is_equivalent_to_mode() {
+                        access_acl = Some(a.encode());
+                    }
+                    if is_dir {
+                        default_acl = Some(dacl.encode());
+                    }
+                }
+                None => perm &= !who.umask,
+            }
+        }
         let mut gid = who.gid;
         if pmode & libc::S_ISGID != 0 {
             gid = pgid;
@@ -229,7 +247,24 @@ impl Inner {
             node.d.mtime = now;
             node.d.ctime = now;
         }
+        for (name, value) in [(acl::ACCESS, access_acl), (acl::DEFAULT, default_acl)] {
+            if let Some(v) = value {
+                self.set_xattr_raw(ino, name, &v, XattrFlags::default())?;
+            }
+        }
         self.attr(ino)
+    }
+
+    /// The default ACL of directory `dir`, if it has one (no xattr block: none, unread).
+    fn default_acl(&mut self, dir: u64) -> FsResult<Option<Acl>> {
+        let node = self.inode(dir)?;
+        if node.d.xattr_block == 0 && node.xattrs.is_none() {
+            return Ok(None);
+        }
+        match self.xattrs(dir)?.get(acl::DEFAULT) {
+            Some(v) => Acl::decode(v).map(Some),
+            None => Ok(None),
+        }
     }
 
     pub(crate) fn readlink(&mut self, ino: u64) -> FsResult<Vec<u8>> {
@@ -536,7 +571,18 @@ impl Inner {
                 perm &= !libc::S_ISGID;
             }
             node.d.mode = (node.d.mode & libc::S_IFMT) | perm;
+            let has_xattrs = node.d.xattr_block != 0 || node.xattrs.is_some();
+            if has_xattrs {
+                if let Some(v) = self.xattrs(ino)?.get(acl::ACCESS) {
+                    let mut a = Acl::decode(v)?;
+                    a.chmod(perm);
+                    let v = a.encode();
+                    self.xattrs(ino)?.insert(acl::ACCESS.to_vec(), v);
+                    self.inode(ino)?.xattr_dirty = true;
+                }
+            }
         }
+        let node = self.inode(ino)?;
         if set.kill_suid && set.mode.is_none() {
             node.d.mode = killed_suid(node.d.mode, node.d.gid, who);
         }
@@ -666,6 +712,37 @@ impl Inner {
     }
 
     pub(crate) fn setxattr(
+        &mut self,
+        ino: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> FsResult<()> {
+        if name == acl::DEFAULT || name == acl::ACCESS {
+            let a = Acl::decode(value)?;
+            if name == acl::DEFAULT && !self.inode(ino)?.is_dir() {
+                return Err(FsError::Access);
+            }
+            if name == acl::ACCESS {
+                // The mode follows the ACL; an ACL that says no more than the mode is not
+                // kept (posix_acl_update_mode).
+                self.check_writable()?;
+                let node = self.inode(ino)?;
+                node.d.mode = (node.d.mode & !0o777) | a.mode_bits();
+                node.d.ctime = Timespec::now().pair();
+                node.dirty = true;
+                if a.is_equivalent_to_mode() {
+                    return match self.removexattr(ino, name) {
+                        Ok(()) | Err(FsError::NoAttr) => Ok(()),
+                        Err(e) => Err(e),
+                    };
+                }
+            }
+        }
+        self.set_xattr_raw(ino, name, value, flags)
+    }
+
+    fn set_xattr_raw(
         &mut self,
         ino: u64,
         name: &[u8],

@@ -160,10 +160,17 @@ pub struct SetAttr {
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
+    /// Bits a new inode's mode loses unless its directory has a default ACL (which replaces
+    /// the umask). 0 where the caller's mode is already masked.
+    pub umask: u32,
 }
 
 impl Caller {
-    pub const ROOT: Caller = Caller { uid: 0, gid: 0 };
+    pub const ROOT: Caller = Caller {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
