@@ -10,7 +10,7 @@ use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{
     bitmap_crc, decode_indirect, ptrs_per_block, DirBlock, DiskInode, Geometry, GroupHeader,
-    Superblock, XattrBlock, INODE_BYTES, N_DIRECT, STATE_CLEAN,
+    Superblock, XattrBlock, XattrHead, INODE_BYTES, N_DIRECT, STATE_CLEAN,
 };
 use crate::fs::read_superblock;
 use std::collections::{HashMap, VecDeque};
@@ -275,10 +275,7 @@ impl Checker<'_> {
 
     fn check_inode_fields(&mut self, ino: u64, d: &DiskInode, nblocks: u64) {
         let bs = self.geo.block_size as u64;
-        let mut counted = nblocks;
-        if d.xattr_block != 0 {
-            counted += 1;
-        }
+        let counted = nblocks;
         if d.blocks != counted {
             self.err(format!(
                 "inode {ino}: block count {} but {counted} blocks found",
@@ -312,8 +309,8 @@ impl Checker<'_> {
             let d = self.inodes[&dir_ino].clone();
             let blocks = self.map_blocks(dir_ino, &d)?;
             let n = self.claimed_for_inode;
-            self.xattrs(dir_ino, &d)?;
-            self.check_inode_fields(dir_ino, &d, n);
+            let x = self.xattrs(dir_ino, &d)?;
+            self.check_inode_fields(dir_ino, &d, n + x);
             for (idx, phys) in blocks {
                 let buf = self.read(phys)?;
                 let at = (dir_ino, idx, phys);
@@ -411,25 +408,59 @@ impl Checker<'_> {
                 self.layout.add_file(&map);
             }
             let n = self.claimed_for_inode;
-            self.xattrs(ino, &d)?;
-            self.check_inode_fields(ino, &d, n);
+            let x = self.xattrs(ino, &d)?;
+            self.check_inode_fields(ino, &d, n + x);
             self.files_count += 1;
         }
         Ok(())
     }
 
-    fn xattrs(&mut self, ino: u64, d: &DiskInode) -> FsResult<()> {
+    /// Claims and checks the inode's xattr blocks; returns how many it points to.
+    fn xattrs(&mut self, ino: u64, d: &DiskInode) -> FsResult<u64> {
         if d.xattr_block == 0 {
-            return Ok(());
+            return Ok(0);
         }
         let xb = d.xattr_block as u64;
-        if self.claim(xb, ino) {
-            let buf = self.read(xb)?;
-            if let Err(e) = XattrBlock::decode(&buf, ino, xb) {
+        if !self.claim(xb, ino) {
+            return Ok(1);
+        }
+        let buf = self.read(xb)?;
+        match XattrBlock::decode_head(&buf, ino, xb, self.geo.total_blocks) {
+            Err(e) => {
                 self.err(format!("inode {ino}: {e}"));
+                Ok(1)
+            }
+            Ok(XattrHead::Single(_)) => Ok(1),
+            Ok(XattrHead::Large {
+                count,
+                stream_len,
+                cont,
+                mut first,
+            }) => {
+                let mut whole = true;
+                for (i, &c) in cont.iter().enumerate() {
+                    if !self.claim(c, ino) {
+                        whole = false;
+                        continue;
+                    }
+                    let buf = self.read(c)?;
+                    match XattrBlock::decode_cont(&buf, ino, i + 1, c) {
+                        Ok(bytes) => first.extend_from_slice(bytes),
+                        Err(e) => {
+                            self.err(format!("inode {ino}: {e}"));
+                            whole = false;
+                        }
+                    }
+                }
+                if whole {
+                    first.truncate(stream_len);
+                    if let Err(e) = XattrBlock::decode_stream(&first, count, xb) {
+                        self.err(format!("inode {ino}: {e}"));
+                    }
+                }
+                Ok(1 + cont.len() as u64)
             }
         }
-        Ok(())
     }
 }
 

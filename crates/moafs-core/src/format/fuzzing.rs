@@ -43,7 +43,19 @@ fn decode(kind: u8, b: &[u8]) -> usize {
         2 => DiskInode::decode(&b[..INODE_BYTES], 5, 0).is_ok(),
         3 => DirBlock::decode(b, 5, 0, 0).is_ok(),
         4 => decode_indirect(b, 7).is_ok(),
-        5 => XattrBlock::decode(b, 5, 0).is_ok(),
+        5 => match XattrBlock::decode_head(b, 5, 0, 1 << 20) {
+            Ok(crate::format::XattrHead::Large {
+                count,
+                stream_len,
+                first,
+                ..
+            }) => {
+                // the head's own bytes as the whole stream (continuations are checked alone)
+                let _ = XattrBlock::decode_cont(b, 5, 1, 0);
+                XattrBlock::decode_stream(&first, count, 0).is_ok() && first.len() <= stream_len
+            }
+            r => r.is_ok(),
+        },
         6 => matches!(Descriptor::decode(b, 9, 0), Ok(Some(_))),
         _ => matches!(Commit::decode(b, 9, 0), Ok(Some(_))),
     };

@@ -20,9 +20,13 @@ pub use geometry::Geometry;
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};
 pub use superblock::{
-    Superblock, FEATURE_JOURNAL, FORMAT_VERSION, SB_CRC_AT, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED,
+    Superblock, FEATURE_JOURNAL, FEATURE_LARGE_XATTR, FORMAT_VERSION, SB_CRC_AT, SB_MAGIC,
+    STATE_CLEAN, STATE_MOUNTED,
 };
-pub use xattr::{XattrBlock, XATTR_MAGIC};
+pub use xattr::{
+    XattrBlock, XattrHead, XATTR_CONT_MAGIC, XATTR_LARGE_MAGIC, XATTR_MAGIC, XATTR_MAX_BLOCKS,
+    XATTR_VALUE_MAX,
+};
 
 use crate::error::{FsError, FsResult};
 

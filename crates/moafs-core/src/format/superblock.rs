@@ -12,6 +12,9 @@ pub const STATE_CLEAN: u32 = 1;
 pub const STATE_MOUNTED: u32 = 2;
 /// `features_incompat`: the image has a journal (`journal_start`, `journal_blocks`).
 pub const FEATURE_JOURNAL: u64 = 1;
+/// `features_incompat`: some inode's extended attributes span several blocks ("MXAL" head and
+/// "MXAC" continuations, FORMAT.md section 8); a reader that knows only "MXAT" must refuse.
+pub const FEATURE_LARGE_XATTR: u64 = 2;
 /// The superblock's encoded fields occupy the first 256 bytes of its block; the crc is at 252.
 pub const SB_CRC_AT: usize = 252;
 
@@ -138,7 +141,7 @@ impl Superblock {
         {
             return bad("inodes per group out of range");
         }
-        if self.features_incompat & !FEATURE_JOURNAL != 0 {
+        if self.features_incompat & !(FEATURE_JOURNAL | FEATURE_LARGE_XATTR) != 0 {
             return bad("unknown incompatible features");
         }
         if self.root_ino != 1 {

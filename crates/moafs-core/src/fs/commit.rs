@@ -359,29 +359,43 @@ impl Inner {
         node.xattr_dirty = false;
         node.dirty = true;
         let attrs = node.xattrs.clone().unwrap_or_default();
-        let old = node.d.xattr_block as u64;
-        if attrs.is_empty() {
-            if old != 0 {
-                self.alloc.free_later(old, 1);
-                let node = self.inode(ino)?;
-                node.d.xattr_block = 0;
-                node.d.blocks = node.d.blocks.saturating_sub(1);
-            }
-            return Ok(());
+        // the blocks the set has on disk now: head first, then continuations
+        let mut blocks: Vec<u64> = Vec::new();
+        if node.d.xattr_block != 0 {
+            blocks.push(node.d.xattr_block as u64);
+            blocks.extend(node.xattr_cont.iter().copied());
         }
-        let blk = if old != 0 {
-            old
+        let needed = if attrs.is_empty() {
+            0
         } else {
-            let geo = self.alloc.geo;
-            let goal = geo.group_start(geo.group_of_inode(ino)) + geo.meta_blocks() as u64;
-            let b = self.alloc.alloc_blocks(goal, 1).ok_or(FsError::NoSpace)?.0;
-            let node = self.inode(ino)?;
-            node.d.xattr_block = b as u32;
-            node.d.blocks += 1;
-            b
+            XattrBlock::blocks_needed(&attrs, bs as u32)
+                .ok_or_else(|| FsError::corrupt("xattrs", ino, "set larger than allowed"))?
         };
-        let bytes = XattrBlock { attrs }.encode(ino, bs as u32);
-        self.txn.push((blk, bytes));
+        let had = blocks.len();
+        for b in blocks.drain(needed.min(had)..) {
+            self.alloc.free_later(b, 1);
+        }
+        let geo = self.alloc.geo;
+        let mut goal = blocks
+            .last()
+            .map(|b| b + 1)
+            .unwrap_or(geo.group_start(geo.group_of_inode(ino)) + geo.meta_blocks() as u64);
+        while blocks.len() < needed {
+            let b = self.alloc.alloc_blocks(goal, 1).ok_or(FsError::NoSpace)?.0;
+            blocks.push(b);
+            goal = b + 1;
+        }
+        let node = self.inode(ino)?;
+        node.d.blocks = (node.d.blocks + blocks.len() as u64).saturating_sub(had as u64);
+        node.d.xattr_block = blocks.first().copied().unwrap_or(0) as u32;
+        node.xattr_cont = blocks.get(1..).map(<[u64]>::to_vec).unwrap_or_default();
+        if blocks.len() > 1 {
+            self.sb.features_incompat |= crate::format::FEATURE_LARGE_XATTR;
+        }
+        if !blocks.is_empty() {
+            self.txn
+                .extend(XattrBlock::encode_blocks(&attrs, ino, bs as u32, &blocks));
+        }
         Ok(())
     }
 

@@ -27,6 +27,8 @@ pub(crate) struct Inode {
     pub dirty_blocks: u64,
     pub dir: Option<Dir>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Continuation blocks of the xattr set on disk (known once `xattrs` is loaded).
+    pub xattr_cont: Vec<u64>,
     pub xattr_dirty: bool,
     /// A metadata block (the single indirect block) is reserved for this inode until the
     /// next commit allocates it.
@@ -49,6 +51,7 @@ impl Inode {
             meta_reserved: false,
             parent_hint: 0,
             xattrs: None,
+            xattr_cont: Vec::new(),
             xattr_dirty: false,
         }
     }

@@ -8,7 +8,9 @@ use super::{
     XattrFlags, ROOT_INO,
 };
 use crate::error::{FsError, FsResult};
-use crate::format::{DirBlock, DiskInode, XattrBlock, NAME_MAX, SYMLINK_MAX};
+use crate::format::{
+    DirBlock, DiskInode, XattrBlock, XattrHead, NAME_MAX, SYMLINK_MAX, XATTR_VALUE_MAX,
+};
 
 /// Most hard links to one inode.
 const LINK_MAX: u32 = 65000;
@@ -338,10 +340,18 @@ impl Inner {
         }
         let is_dir = self.inode(ino)?.is_dir();
         self.truncate_all(ino)?;
-        let node = self.inode(ino)?;
-        if node.d.xattr_block != 0 {
-            let xb = node.d.xattr_block as u64;
-            self.alloc.free_later(xb, 1);
+        if self.inode(ino)?.d.xattr_block != 0 {
+            // the continuation blocks are known once the set is read
+            if let Err(e) = self.xattrs(ino) {
+                log::warn!("inode {ino}: xattrs unreadable ({e}); freeing their first block only");
+            }
+            let node = self.inode(ino)?;
+            let blocks: Vec<u64> = std::iter::once(node.d.xattr_block as u64)
+                .chain(node.xattr_cont.iter().copied())
+                .collect();
+            for b in blocks {
+                self.alloc.free_later(b, 1);
+            }
         }
         if is_dir {
             self.alloc.note_dir_removed(ino);
@@ -698,15 +708,36 @@ impl Inner {
         let node = self.inode(ino)?;
         if node.xattrs.is_none() {
             let xb = node.d.xattr_block as u64;
+            let mut cont_blocks = Vec::new();
             let attrs = if xb == 0 {
                 Default::default()
             } else {
                 self.check_data_block(xb)?;
                 let mut buf = vec![0u8; bs];
                 self.read_block(xb, &mut buf)?;
-                XattrBlock::decode(&buf, ino, xb)?.attrs
+                let total = self.alloc.geo.total_blocks;
+                match XattrBlock::decode_head(&buf, ino, xb, total)? {
+                    XattrHead::Single(attrs) => attrs,
+                    XattrHead::Large {
+                        count,
+                        stream_len,
+                        cont,
+                        mut first,
+                    } => {
+                        for (i, &c) in cont.iter().enumerate() {
+                            self.check_data_block(c)?;
+                            self.read_block(c, &mut buf)?;
+                            first.extend_from_slice(XattrBlock::decode_cont(&buf, ino, i + 1, c)?);
+                        }
+                        first.truncate(stream_len);
+                        cont_blocks = cont;
+                        XattrBlock::decode_stream(&first, count, xb)?
+                    }
+                }
             };
-            self.inode(ino)?.xattrs = Some(attrs);
+            let node = self.inode(ino)?;
+            node.xattrs = Some(attrs);
+            node.xattr_cont = cont_blocks;
         }
         Ok(self.inode(ino)?.xattrs.as_mut().expect("loaded above"))
     }
@@ -757,8 +788,10 @@ impl Inner {
                 FsError::Range
             });
         }
+        if value.len() > XATTR_VALUE_MAX {
+            return Err(FsError::Range);
+        }
         let bs = self.bs();
-        let had_block = self.inode(ino)?.d.xattr_block != 0;
         let x = self.xattrs(ino)?;
         let exists = x.contains_key(name);
         if flags.create && exists {
@@ -769,10 +802,14 @@ impl Inner {
         }
         let mut next = x.clone();
         next.insert(name.to_vec(), value.to_vec());
-        if XattrBlock::encoded_len(&next) > bs {
-            return Err(FsError::NoSpace);
-        }
-        if !had_block {
+        let needed = XattrBlock::blocks_needed(&next, bs as u32).ok_or(FsError::NoSpace)?;
+        let node = self.inode(ino)?;
+        let have = if node.d.xattr_block != 0 {
+            1 + node.xattr_cont.len()
+        } else {
+            0
+        };
+        for _ in have..needed {
             self.reserve_meta()?;
         }
         *self.xattrs(ino)? = next;
