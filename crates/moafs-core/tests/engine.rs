@@ -683,3 +683,29 @@ fn layout_score_and_free_runs() {
     );
     fsck_clean(&dev);
 }
+
+/// generic/103: a file as large as statfs calls available can be made (its indirect blocks
+/// included), and commits afterwards; a second one then finds no space, at the call.
+#[test]
+fn fallocate_fills_what_statfs_calls_available() {
+    let dev = new_dev(96 << 20);
+    let fs = mount(&dev);
+    for i in 0..64 {
+        fs.create(ROOT_INO, format!("t{i}").as_bytes(), 0o644, ME)
+            .unwrap();
+    }
+    let f = fs.create(ROOT_INO, b"spc", 0o644, ME).unwrap().ino;
+    let avail = fs.statfs().avail_blocks;
+    fs.fallocate(f, 0, avail * 4096, 0).unwrap();
+    fs.sync().unwrap();
+    let g = fs.create(ROOT_INO, b"more", 0o644, ME).unwrap().ino;
+    let left = fs.statfs().avail_blocks;
+    assert!(left < avail / 100, "{left} of {avail} blocks still available");
+    assert!(matches!(
+        fs.fallocate(g, 0, (left + 1) * 4096, 0),
+        Err(FsError::NoSpace)
+    ));
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}

@@ -12,12 +12,24 @@ use crate::error::{FsError, FsResult};
 use std::sync::Arc;
 
 impl Inner {
-    /// Blocks that may still be promised to new dirty data.
+    /// Blocks that may still be promised to new dirty data: what stays free once every
+    /// reservation, this one included, keeps 1/256 more for the indirect blocks it may need
+    /// (a 4 KiB pointer block maps 1,024 blocks) plus 17 blocks of slack. `statfs` reports
+    /// this as the space available, so a file that fills "available" space can be made.
     pub(super) fn avail_for_reservation(&self) -> u64 {
-        let free = self.alloc.free_blocks();
-        // Keep room for deeper indirect blocks (one per pointer block of new data) and slack.
-        let slack = self.reserved / 256 + 16;
-        free.saturating_sub(self.reserved + self.meta_reserved + slack)
+        self.reservable(self.alloc.free_blocks())
+    }
+
+    fn reservable(&self, free: u64) -> u64 {
+        let usable = free.saturating_sub(self.meta_reserved + 17);
+        (usable * 256 / 257).saturating_sub(self.reserved)
+    }
+
+    /// [`Self::avail_for_reservation`] counting blocks whose free waits for a commit, less
+    /// the indirect block a file that takes it all reserves besides its data.
+    pub(crate) fn avail_blocks(&self) -> u64 {
+        self.reservable(self.alloc.free_blocks() + self.alloc.pending_block_count())
+            .saturating_sub(1)
     }
 
     /// Reserves `n` data blocks of `ino` up to logical block `last`, and the file's single
@@ -421,10 +433,15 @@ impl Inner {
         }
         let last = holes.last().copied().unwrap_or(0);
         self.reserve_for(ino, last, holes.len() as u64)?;
-        for idx in holes {
-            let mut buf = self.new_block();
-            Arc::make_mut(&mut buf).fill(0);
-            self.put_dirty(ino, idx, buf, true)?;
+        // One shared zero buffer (cached buffers are never changed in place), and write-back
+        // between batches: a large fallocate costs the cache's bookkeeping, not its size in
+        // memory.
+        let zero: Arc<[u8]> = Arc::from(vec![0u8; bs as usize]);
+        for batch in holes.chunks(4096) {
+            for &idx in batch {
+                self.put_dirty(ino, idx, zero.clone(), true)?;
+            }
+            self.after_dirtying()?;
         }
         let now = Timespec::now().pair();
         let node = self.inode(ino)?;

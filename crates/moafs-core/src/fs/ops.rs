@@ -633,7 +633,7 @@ impl Inner {
             block_size: geo.block_size,
             total_blocks: geo.data_blocks(),
             free_blocks: free.saturating_sub(self.reserved),
-            avail_blocks: free.saturating_sub(self.reserved),
+            avail_blocks: self.avail_blocks(),
             total_inodes: geo.total_inodes(),
             free_inodes: self.alloc.free_inodes() + self.alloc.pending_inode_count(),
             name_max: NAME_MAX as u32,
