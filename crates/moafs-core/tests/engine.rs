@@ -700,7 +700,10 @@ fn fallocate_fills_what_statfs_calls_available() {
     fs.sync().unwrap();
     let g = fs.create(ROOT_INO, b"more", 0o644, ME).unwrap().ino;
     let left = fs.statfs().avail_blocks;
-    assert!(left < avail / 100, "{left} of {avail} blocks still available");
+    assert!(
+        left < avail / 100,
+        "{left} of {avail} blocks still available"
+    );
     assert!(matches!(
         fs.fallocate(g, 0, (left + 1) * 4096, 0),
         Err(FsError::NoSpace)

@@ -14,8 +14,8 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
 };
 use moafs_core::fs::{
-    acl, Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr, TimeOrNow, Timespec,
-    XattrFlags,
+    acl, AtimeMode, AtimePolicy, Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr,
+    TimeOrNow, Timespec, XattrFlags,
 };
 use moafs_core::{Fs, FsError};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
@@ -153,6 +153,7 @@ impl MoafsFuse {
     /// cannot keep it going forever.
     fn listing_end(&self, ino: u64, fh: FileHandle, offset: u64) -> Result<u64, FsError> {
         if offset == 0 {
+            self.fs.note_listing(ino)?;
             let end = self.fs.readdir_end(ino)?;
             let mut streams = self.dir_streams.lock().unwrap_or_else(|e| e.into_inner());
             streams.insert(fh.0, end);
@@ -992,14 +993,53 @@ struct Ticker {
     handle: Option<thread::JoinHandle<()>>,
 }
 
+/// The access-time policy of the mount on `mountpoint`, from its flags in
+/// /proc/self/mountinfo (no request to this very mount): `noatime`, `relatime` or neither
+/// (`strictatime`), and `nodiratime`. The first mount on that directory is this daemon's.
+pub fn mount_atime_policy(mountpoint: &Path) -> Option<AtimePolicy> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint
+        .to_string_lossy()
+        .replace('\\', "\\134")
+        .replace(' ', "\\040")
+        .replace('\t', "\\011")
+        .replace('\n', "\\012");
+    let opts = info.lines().find_map(|l| {
+        let mut f = l.split(' ');
+        (f.nth(4)? == want).then(|| f.next())?
+    })?;
+    let has = |o: &str| opts.split(',').any(|x| x == o);
+    let mode = if has("noatime") {
+        AtimeMode::Never
+    } else if has("relatime") {
+        AtimeMode::Relative
+    } else {
+        AtimeMode::Always
+    };
+    Some(AtimePolicy {
+        mode,
+        dirs: !has("nodiratime"),
+    })
+}
+
 impl Ticker {
-    fn start(fs: Arc<Fs>) -> io::Result<Ticker> {
+    fn start(fs: Arc<Fs>, mountpoint: PathBuf) -> io::Result<Ticker> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let s = stop.clone();
         let handle = thread::Builder::new()
             .name("moafs-tick".into())
             .spawn(move || {
                 let (lock, cv) = &*s;
+                // The mount's atime flags, followed once a second (a remount changes them).
+                let mut policy = None;
+                let mut follow_atime = || {
+                    let now = mount_atime_policy(&mountpoint);
+                    if now.is_some() && now != policy {
+                        policy = now;
+                        fs.set_atime_policy(now.unwrap_or_default());
+                    }
+                };
+                follow_atime();
                 let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     let (g, _) = cv
@@ -1010,6 +1050,7 @@ impl Ticker {
                         return;
                     }
                     drop(stopped);
+                    follow_atime();
                     if let Err(e) = fs.tick() {
                         log::error!("write-back: {e}");
                     }
@@ -1382,7 +1423,7 @@ pub fn mount_blocking(
         }
         ready()
     };
-    let ticker = Ticker::start(fs.clone())?;
+    let ticker = Ticker::start(fs.clone(), mountpoint.clone())?;
     let behind = WriteBehind::start(fs.clone())?;
     let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;
     log::info!("mounted on {}", mountpoint.display());

@@ -625,3 +625,71 @@ fn posix_acls_are_enforced_kept_in_step_and_inherited() {
     m.unmount();
     assert_fsck_clean(&img);
 }
+
+fn atime_ns(path: &Path) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).unwrap();
+    i128::from(m.atime()) * 1_000_000_000 + i128::from(m.atime_nsec())
+}
+
+/// Reads and listings that reach the daemon update access times as the mount's flags say:
+/// `relatime` once after a change, `strictatime` every time, `noatime` never, `nodiratime`
+/// not for directories; a remount changes the policy. (Reads the kernel serves from its page
+/// cache never reach a FUSE daemon; pages are dropped here so that each read does.)
+#[test]
+fn access_times_follow_the_mount_flags() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "32M");
+    let dir = tmp.path().join("mnt");
+    let m = Mounted::new(&img, &dir, "relatime");
+    let (f, d) = (dir.join("f"), dir.join("d"));
+    fs::write(&f, b"data").unwrap();
+    fs::create_dir(&d).unwrap();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+    let read = || {
+        fs::write("/proc/sys/vm/drop_caches", "1").unwrap();
+        fs::read(&f).unwrap();
+        atime_ns(&f)
+    };
+    let list = || {
+        fs::read_dir(&d).unwrap().count();
+        atime_ns(&d)
+    };
+    pause();
+    let a0 = atime_ns(&f);
+    let a1 = read();
+    assert!(a1 > a0, "relatime: the first read after a change updates");
+    pause();
+    assert_eq!(read(), a1, "relatime: a second read does not");
+    let d0 = atime_ns(&d);
+    pause();
+    let d1 = list();
+    assert!(d1 > d0, "relatime: the first listing updates the directory");
+    // the daemon follows a remount within its next tick
+    run(Command::new(BIN).args([
+        "mount",
+        "-o",
+        "remount,strictatime,nodiratime",
+        p(&img),
+        p(&dir),
+    ]));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    pause();
+    let a2 = read();
+    assert!(a2 > a1, "strictatime: every read updates");
+    pause();
+    assert!(read() > a2, "strictatime: every read updates");
+    pause();
+    assert_eq!(list(), d1, "nodiratime: listings leave the directory alone");
+    run(Command::new(BIN).args(["mount", "-o", "remount,noatime", p(&img), p(&dir)]));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let a3 = atime_ns(&f);
+    pause();
+    assert_eq!(read(), a3, "noatime: reads leave it alone");
+    m.unmount();
+    assert_fsck_clean(&img);
+}

@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// Metadata blocks promised to changes since the last commit (directory growth, xattr
     /// blocks, indirect blocks): counted against free space like `reserved`.
     pub meta_reserved: u64,
+    /// When reads update access times (the mount's atime flags; never for in-process users).
+    pub atime: AtimePolicy,
     /// A rename replaced a file since the last commit (see `commit_inner`).
     pub replaced_by_rename: bool,
     /// Files in the order they became dirty since the last commit (an entry may be stale):
@@ -165,6 +167,7 @@ impl Fs {
             cw_goal: HashMap::default(),
             order_data_once: false,
             meta_reserved: 0,
+            atime: AtimePolicy::default(),
             inodes: HashMap::default(),
             itable: HashMap::default(),
             ind: HashMap::default(),
@@ -342,6 +345,7 @@ impl Fs {
     ) -> FsResult<O> {
         let mut g = self.lock();
         let mut plan = g.read_plan(ino, offset, size, make)?;
+        g.touch_atime(ino)?;
         if plan.misses.is_empty() {
             return Ok(plan.out);
         }
@@ -421,6 +425,15 @@ impl Fs {
     }
     pub fn readdir(&self, ino: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
         self.lock().readdir(ino, offset, max_entries, u64::MAX)
+    }
+    /// How reads and listings update access times from now on (the FUSE adapter follows the
+    /// mount's `noatime`/`relatime`/`strictatime`/`nodiratime`).
+    pub fn set_atime_policy(&self, policy: AtimePolicy) {
+        self.lock().atime = policy;
+    }
+    /// A listing of directory `ino` begins: its access time follows the policy.
+    pub fn note_listing(&self, ino: Ino) -> FsResult<()> {
+        self.lock().touch_atime(ino)
     }
     /// The offset that ends a listing started now: [`Fs::readdir_until`] with it returns the
     /// entries the directory holds now that stay, each once, and none made later — so a

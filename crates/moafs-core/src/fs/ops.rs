@@ -4,8 +4,8 @@ use super::acl::{self, Acl};
 use super::dir::Dir;
 use super::node::Inode;
 use super::{
-    Attr, Caller, DirEntry, FileKind, Inner, RenameFlags, SetAttr, StatFs, TimeOrNow, Timespec,
-    XattrFlags, ROOT_INO,
+    AtimeMode, Attr, Caller, DirEntry, FileKind, Inner, RenameFlags, SetAttr, StatFs, TimeOrNow,
+    Timespec, XattrFlags, ROOT_INO,
 };
 use crate::error::{FsError, FsResult};
 use crate::format::{
@@ -624,6 +624,35 @@ impl Inner {
         node.d.ctime = Timespec::now().pair();
         node.dirty = true;
         Ok(true)
+    }
+
+    /// An access to `ino` (a read the engine serves, a listing): updates the access time as
+    /// the policy says (the kernel's `atime_needs_update`/`relatime_need_update`).
+    pub(crate) fn touch_atime(&mut self, ino: u64) -> FsResult<()> {
+        let policy = self.atime;
+        if policy.mode == AtimeMode::Never || self.opts.read_only || self.failed {
+            return Ok(());
+        }
+        let now = Timespec::now();
+        let node = self.inode(ino)?;
+        if node.is_dir() && !policy.dirs {
+            return Ok(());
+        }
+        let atime = Timespec::from_pair(node.d.atime);
+        let due = match policy.mode {
+            AtimeMode::Never => false,
+            AtimeMode::Always => atime != now,
+            AtimeMode::Relative => {
+                Timespec::from_pair(node.d.mtime) >= atime
+                    || Timespec::from_pair(node.d.ctime) >= atime
+                    || now.sec - atime.sec >= 24 * 3600
+            }
+        };
+        if due {
+            node.d.atime = now.pair();
+            node.dirty = true;
+        }
+        Ok(())
     }
 
     pub(crate) fn statfs(&mut self) -> StatFs {

@@ -205,6 +205,25 @@ pub struct XattrFlags {
     pub replace: bool,
 }
 
+/// When an access updates an inode's access time (mount(8)'s atime options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeMode {
+    /// `noatime` (and the engine's default for in-process users).
+    #[default]
+    Never,
+    /// `relatime`: when the access time is not after the last change, or a day old.
+    Relative,
+    /// `strictatime`: every access.
+    Always,
+}
+
+/// The access-time policy: for files, and whether directories follow it (`nodiratime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AtimePolicy {
+    pub mode: AtimeMode,
+    pub dirs: bool,
+}
+
 /// Mount-time options of the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
