@@ -11,5 +11,8 @@ echo "== cargo test (unit, property, real FUSE mounts)"
 cargo test --workspace --release 2>&1 | tee /tmp/moafs-cargo-test.log
 echo "== pjdfstest and fsx on a real mount"
 scripts/posix-tests.sh
+echo "== xfstests: the CI subset on real mounts (./run xfstests runs the quick group)"
+scripts/xfstests.sh --ci > /tmp/moafs-xfstests.log 2>&1 || { tail -n 60 /tmp/moafs-xfstests.log; exit 1; }
+grep -E '^(xfstests|failed)' /tmp/moafs-xfstests.log
 echo "== fuzz targets (bounded time)"
 scripts/fuzz.sh

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# xfstests on moafs: `./run xfstests [TESTS...]` (default: the quick group), `--ci` for the
+# fixed subset CI runs (scripts/test.sh).
+#
+# Builds xfstests once into target/xfstests (source: $XFSTESTS_SRC, a tarball or a directory,
+# default ../shared/xfstests/xfstests-src.tar.gz; rebuilt when the source changes), installs
+# its Debian build dependencies and the users its tests switch to, installs moafs's mount and
+# umount helpers, makes a test and a scratch image, and runs ./check with FSTYP=fuse
+# FUSE_SUBTYP=.moafs and the exclude list tests/xfstests-exclude. Results go to
+# target/xfstests-results/; the summary names every failure. Exit 1 on any failure.
+#
+# xfstests knows FUSE subtypes only for glusterfs and ceph-fuse (common/rc maps their types
+# back to FSTYP); tests/xfstests-fuse-subtype.patch does the same for FSTYP=fuse with
+# FUSE_SUBTYP, so that `check` recognises a fuse.moafs mount of TEST_DEV.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MOAFS=$ROOT/target/release/moafs
+SRC=${XFSTESTS_SRC:-$ROOT/../shared/xfstests/xfstests-src.tar.gz}
+BUILD=$ROOT/target/xfstests
+RESULTS=$ROOT/target/xfstests-results
+WORK=${XFSTESTS_WORK:-/var/tmp/moafs-xfstests}
+EXCLUDE=$ROOT/tests/xfstests-exclude
+IMAGE_SIZE=${XFSTESTS_IMAGE_SIZE:-3G}
+
+# The CI subset: quick tests of the POSIX surface and of every fix of issue 15 (remount,
+# O_DIRECT coherency, listing during renames, file handles, set-id bits, ACLs, xattr limits,
+# ENOSPC, device nodes, a second mount). About five minutes here.
+CI_TESTS=(
+  generic/001 generic/002 generic/005 generic/006 generic/007 generic/011 generic/013
+  generic/014 generic/020 generic/023 generic/024 generic/028 generic/035 generic/037
+  generic/053 generic/080 generic/087 generic/088 generic/099 generic/103 generic/184
+  generic/221 generic/236 generic/245 generic/257 generic/294 generic/306 generic/319
+  generic/355 generic/375 generic/423 generic/426 generic/434 generic/444 generic/451
+  generic/452 generic/467 generic/477 generic/633 generic/683 generic/684 generic/697
+  generic/732 generic/736 generic/756 generic/777
+)
+
+args=()
+for a in "$@"; do
+  case "$a" in
+    --ci) args+=("${CI_TESTS[@]}") ;;
+    *) args+=("$a") ;;
+  esac
+done
+[ ${#args[@]} -gt 0 ] || args=(-g quick)
+
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+
+install_deps() {
+  local pkgs=(acl attr automake bc dbench dump e2fsprogs fio gawk gcc libacl1-dev libaio-dev
+    libcap-dev libgdbm-dev libtool libtool-bin liburing-dev libuuid1 make psmisc python3 quota
+    sed uuid-dev uuid-runtime xfsprogs xfslibs-dev sqlite3)
+  local need=()
+  for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "-- apt-get install ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  for u in fsgqa fsgqa2; do
+    getent group "$u" >/dev/null || $SUDO groupadd "$u"
+    getent passwd "$u" >/dev/null || $SUDO useradd -m -g "$u" "$u"
+  done
+  getent passwd 123456-fsgqa >/dev/null || $SUDO useradd -m 123456-fsgqa
+}
+
+build() {
+  local stamp
+  if [ -d "$SRC" ]; then
+    stamp="dir:$(cd "$SRC" && pwd):$(find "$SRC" -type f -newer "$BUILD/.stamp" 2>/dev/null | head -1)"
+  elif [ -f "$SRC" ]; then
+    stamp="tar:$(sha256sum "$SRC" | cut -d' ' -f1)"
+  else
+    echo "xfstests source not found: $SRC (set XFSTESTS_SRC to a tarball or a directory)" >&2
+    exit 1
+  fi
+  stamp="$stamp:$(sha256sum tests/xfstests-fuse-subtype.patch | cut -d' ' -f1)"
+  if [ -f "$BUILD/.stamp" ] && [ "$(cat "$BUILD/.stamp")" = "$stamp" ] && [ -x "$BUILD/check" ]; then
+    return
+  fi
+  echo "-- building xfstests from $SRC into $BUILD"
+  rm -rf "$BUILD"
+  mkdir -p "$BUILD"
+  if [ -d "$SRC" ]; then
+    cp -a "$SRC"/. "$BUILD"/
+  else
+    # the archive holds one top directory
+    tar -xzf "$SRC" -C "$BUILD" --strip-components=1
+  fi
+  patch -d "$BUILD" -p1 --quiet < tests/xfstests-fuse-subtype.patch
+  (cd "$BUILD" && make -j"$(nproc)" >"$BUILD/make.log" 2>&1) || {
+    tail -n 30 "$BUILD/make.log"; echo "xfstests build failed" >&2; exit 1; }
+  echo "$stamp" > "$BUILD/.stamp"
+}
+
+unmount_all() {
+  for d in "$WORK/test" "$WORK/scratch"; do
+    for _ in 1 2 3 4 5; do
+      mountpoint -q "$d" 2>/dev/null || break
+      umount "$d" 2>/dev/null || { sleep 0.5; umount -l "$d" 2>/dev/null || true; }
+    done
+  done
+}
+
+cleanup() {
+  unmount_all
+  if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; fi
+}
+
+install_deps
+build
+"$MOAFS" install-helpers >/dev/null
+unmount_all
+rm -rf "$WORK"
+mkdir -p "$WORK/test" "$WORK/scratch"
+trap cleanup EXIT
+"$MOAFS" mkfs --size "$IMAGE_SIZE" "$WORK/test.img" >/dev/null
+"$MOAFS" mkfs --size "$IMAGE_SIZE" "$WORK/scratch.img" >/dev/null
+# mount(8) runs mount.fuse.moafs: dev,suid as on any file system root mounts, unless told
+cat > "$BUILD/local.config" <<EOF
+export TEST_DEV=$WORK/test.img
+export TEST_DIR=$WORK/test
+export SCRATCH_DEV=$WORK/scratch.img
+export SCRATCH_MNT=$WORK/scratch
+export FSTYP=fuse
+export FUSE_SUBTYP=.moafs
+export MOUNT_OPTIONS="-o allow_other,default_permissions"
+export TEST_FS_MOUNT_OPTS="-o allow_other,default_permissions"
+EOF
+
+rm -rf "$BUILD/results"
+set +e
+(cd "$BUILD" && ./check -E "$EXCLUDE" "${args[@]}") 2>&1 | tee "$WORK/check.out"
+set -e
+rm -rf "$RESULTS"
+cp -a "$BUILD/results" "$RESULTS" 2>/dev/null || true
+cp "$WORK/check.out" "$RESULTS/check.out" 2>/dev/null || true
+
+ran=$(grep -E '^Ran:' "$WORK/check.out" | tail -1 | wc -w)
+ran=$(( ran > 0 ? ran - 1 : 0 ))
+notrun=$(grep -E '^Not run:' "$WORK/check.out" | tail -1 | wc -w)
+notrun=$(( notrun > 0 ? notrun - 2 : 0 ))
+failures=$(grep -E '^Failures:' "$WORK/check.out" | tail -1 | cut -d: -f2- || true)
+nfail=$(echo "$failures" | wc -w)
+echo "xfstests summary: ran $ran, not run $notrun, failed $nfail (results: $RESULTS)"
+[ "$nfail" -eq 0 ] || echo "failed:$failures"
+if [ "$ran" -eq 0 ]; then
+  echo "xfstests ran no test" >&2
+  exit 1
+fi
+echo "xfstests: $((ran - nfail)) passed, $nfail failed"
+[ "$nfail" -eq 0 ]
