@@ -1275,7 +1275,25 @@ fn cmd_mount(mut a: MountArgs) -> u8 {
     absolutize(&mut plan.log);
     absolutize(&mut plan.pidfile);
     // Mounted already: a second mount shows the same file system, as a block device's would.
-    if let Some(first) = mounts::mounts_of_image(&image).first() {
+    // Mounted on this very directory: refused (the kernel refuses a file system on a mount
+    // point where it is mounted already) — unless an unmount in progress takes it away within
+    // moments (a script's `umount DIR & mount IMAGE DIR`, xfstests generic/604).
+    let start = std::time::Instant::now();
+    let existing = loop {
+        let existing = mounts::mounts_of_image(&image);
+        if !existing.iter().any(|m| m.target == mountpoint) {
+            break existing;
+        }
+        if start.elapsed() > Duration::from_secs(3) {
+            return report(Err(format!(
+                "{} is already mounted on {}",
+                image.display(),
+                mountpoint.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if let Some(first) = existing.first() {
         if plan.fuse.foreground {
             return report(Err(format!(
                 "{} is mounted on {} (a second mount is a bind mount of it; not in the foreground)",

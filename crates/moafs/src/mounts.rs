@@ -107,6 +107,47 @@ pub fn image_locked(image: &Path) -> io::Result<bool> {
     }
 }
 
+/// The processes holding a `flock` on `image` now, from /proc/locks (`MAJ:MIN:INODE` of the
+/// file, major and minor in hex).
+pub fn lock_holders(image: &Path) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(image) else {
+        return Vec::new();
+    };
+    let dev = meta.dev();
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        meta.ino()
+    );
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    locks
+        .lines()
+        .filter(|l| !l.contains("->")) // waiters, not holders
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
+                .then(|| f.get(4)?.parse().ok())?
+        })
+        .collect()
+}
+
+/// Waits until none of `pids` holds a lock on `image` any more, at most `limit`.
+fn wait_let_go(image: &Path, pids: &[u32], limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        let now = lock_holders(image);
+        if !pids.iter().any(|p| now.contains(p)) {
+            return true;
+        }
+        if start.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits until nothing holds the image's lock, at most `limit`. True when released.
 pub fn wait_released(image: &Path, limit: Duration) -> bool {
     let start = Instant::now();
@@ -372,6 +413,13 @@ pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
     let entry = mount_at(&abs)
         .or_else(|| mounts_of_image(&abs).pop())
         .ok_or_else(|| format!("{}: not mounted", target.display()))?;
+    // The daemon of this mount, by the lock it holds: after the unmount the wait is for it
+    // to let go (a new mount may take the image at once, as xfstests generic/604 does).
+    let holders = if entry.fstype == FSTYPE {
+        lock_holders(Path::new(&entry.source))
+    } else {
+        Vec::new()
+    };
     let mut flags = MntFlags::empty();
     if lazy {
         flags |= MntFlags::MNT_DETACH;
@@ -390,7 +438,12 @@ pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
     if !image.is_absolute() || !mounts_of_image(&image).is_empty() {
         return Ok(());
     }
-    if wait_released(&image, release_wait()) {
+    let released = if holders.is_empty() {
+        wait_released(&image, release_wait())
+    } else {
+        wait_let_go(&image, &holders, release_wait())
+    };
+    if released {
         Ok(())
     } else {
         Err(format!(

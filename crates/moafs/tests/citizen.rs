@@ -693,3 +693,57 @@ fn access_times_follow_the_mount_flags() {
     m.unmount();
     assert_fsck_clean(&img);
 }
+
+/// `umount DIR &` then `mount IMAGE DIR` at once (xfstests generic/604): the mount waits for
+/// the unmount in progress instead of failing; mounting where the image is mounted and stays
+/// is refused.
+#[test]
+fn mount_right_after_a_background_umount() {
+    if !can_mount() {
+        return;
+    }
+    require_helpers();
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, "64M");
+    let dir = tmp.path().join("mnt");
+    fs::create_dir(&dir).unwrap();
+    for round in 0..5 {
+        run(Command::new("mount").args(["-t", "fuse.moafs", p(&img), p(&dir)]));
+        for i in 0..300 {
+            fs::write(dir.join(format!("f{i}")), format!("{round} {i}")).unwrap();
+        }
+        let mut bg = Command::new("umount").arg(&dir).spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let again = Command::new("mount")
+            .args(["-t", "fuse.moafs", p(&img), p(&dir)])
+            .output()
+            .unwrap();
+        assert!(bg.wait().unwrap().success(), "round {round}: umount failed");
+        assert!(
+            again.status.success(),
+            "round {round}: {}",
+            text(&again.stderr)
+        );
+        let m = Mounted::adopt(&dir, 0);
+        assert_eq!(
+            fs::read_to_string(dir.join("f299")).unwrap(),
+            format!("{round} 299")
+        );
+        m.unmount_with(&["umount"]);
+    }
+    run(Command::new("mount").args(["-t", "fuse.moafs", p(&img), p(&dir)]));
+    let m = Mounted::adopt(&dir, 0);
+    let twice = Command::new("mount")
+        .args(["-t", "fuse.moafs", p(&img), p(&dir)])
+        .output()
+        .unwrap();
+    assert!(!twice.status.success());
+    assert!(
+        text(&twice.stderr).contains("already mounted"),
+        "{}",
+        text(&twice.stderr)
+    );
+    m.unmount_with(&["umount"]);
+    assert_fsck_clean(&img);
+}
