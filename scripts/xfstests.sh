@@ -138,12 +138,12 @@ cp -a "$BUILD/results" "$RESULTS" 2>/dev/null || true
 cp "$WORK/check.out" "$RESULTS/check.out" 2>/dev/null || true
 
 # check's "Ran:" lists the tests it started, "Not run:" those of them that said why not.
-started=$(grep -E '^Ran:' "$WORK/check.out" | tail -1 | wc -w)
+started=$( (grep -E '^Ran:' "$WORK/check.out" || true) | tail -1 | wc -w)
 started=$(( started > 0 ? started - 1 : 0 ))
-notrun=$(grep -E '^Not run:' "$WORK/check.out" | tail -1 | wc -w)
+notrun=$( (grep -E '^Not run:' "$WORK/check.out" || true) | tail -1 | wc -w)
 notrun=$(( notrun > 0 ? notrun - 2 : 0 ))
 ran=$(( started - notrun ))
-failures=$(grep -E '^Failures:' "$WORK/check.out" | tail -1 | cut -d: -f2- || true)
+failures=$( (grep -E '^Failures:' "$WORK/check.out" || true) | tail -1 | cut -d: -f2-)
 nfail=$(echo "$failures" | wc -w)
 echo "xfstests summary: ran $ran, not run $notrun, failed $nfail (results: $RESULTS)"
 [ "$nfail" -eq 0 ] || echo "failed:$failures"

@@ -16,6 +16,15 @@ use tempfile::TempDir;
 mod common;
 use common::*;
 
+/// A new image of `size` in a temporary directory, and a mount point path beside it.
+fn fresh_image(size: &str) -> (TempDir, PathBuf, PathBuf) {
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    mkfs(&img, size);
+    let dir = tmp.path().join("mnt");
+    (tmp, img, dir)
+}
+
 /// The helpers umount(8) and mount(8) run must be this build's binary.
 fn require_helpers() {
     let bin = Path::new(BIN).canonicalize().unwrap();
@@ -72,10 +81,7 @@ fn mount_reads_as_moafs_of_its_image_with_its_vfs_options() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "32M");
-    let dir = tmp.path().join("mnt");
+    let (_tmp, img, dir) = fresh_image("32M");
     let m = Mounted::new(&img, &dir, "noatime,nodiratime,noexec");
     let (source, fstype, opts) = mount_entry(&dir).expect("mounted");
     assert_eq!(source, p(&img.canonicalize().unwrap()));
@@ -161,10 +167,7 @@ fn remount_read_only_refuses_writes_then_read_write_again() {
         return;
     }
     require_helpers();
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "32M");
-    let dir = tmp.path().join("mnt");
+    let (_tmp, img, dir) = fresh_image("32M");
     let m = Mounted::new(&img, &dir, "");
     let data = content(1, 300_000);
     fs::write(dir.join("a"), &data).unwrap();
@@ -244,10 +247,7 @@ fn buffered_reads_after_async_direct_writes_see_new_bytes() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "32M");
-    let dir = tmp.path().join("mnt");
+    let (_tmp, img, dir) = fresh_image("32M");
     let m = Mounted::new(&img, &dir, "");
     const SIZE: usize = 655_360;
     let file = dir.join("dio");
@@ -302,10 +302,7 @@ fn listing_ends_while_its_entries_are_renamed() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "64M");
-    let dir = tmp.path().join("mnt");
+    let (_tmp, img, dir) = fresh_image("64M");
     let m = Mounted::new(&img, &dir, "");
     let d = dir.join("spool");
     fs::create_dir(&d).unwrap();
@@ -408,10 +405,7 @@ fn file_handles_across_remount_and_links() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "32M");
-    let dir = tmp.path().join("mnt");
+    let (_tmp, img, dir) = fresh_image("32M");
     let m = Mounted::new(&img, &dir, "");
     fs::create_dir(dir.join("d")).unwrap();
     fs::write(dir.join("d/kept"), b"kept").unwrap();
@@ -472,10 +466,7 @@ fn set_id_bits_cleared_and_inherited() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "32M");
-    let dir = tmp.path().join("mnt");
+    let (tmp, img, dir) = fresh_image("32M");
     fs::create_dir_all(&dir).unwrap();
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let m = Mounted::new(&img, &dir, "allow_other");
@@ -555,10 +546,7 @@ fn posix_acls_are_enforced_kept_in_step_and_inherited() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "32M");
-    let dir = tmp.path().join("mnt");
+    let (tmp, img, dir) = fresh_image("32M");
     fs::create_dir_all(&dir).unwrap();
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let m = Mounted::new(&img, &dir, "allow_other");
@@ -641,10 +629,7 @@ fn access_times_follow_the_mount_flags() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "32M");
-    let dir = tmp.path().join("mnt");
+    let (_tmp, img, dir) = fresh_image("32M");
     let m = Mounted::new(&img, &dir, "relatime");
     let (f, d) = (dir.join("f"), dir.join("d"));
     fs::write(&f, b"data").unwrap();
@@ -703,10 +688,7 @@ fn mount_right_after_a_background_umount() {
         return;
     }
     require_helpers();
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    mkfs(&img, "64M");
-    let dir = tmp.path().join("mnt");
+    let (_tmp, img, dir) = fresh_image("64M");
     fs::create_dir(&dir).unwrap();
     for round in 0..5 {
         run(Command::new("mount").args(["-t", "fuse.moafs", p(&img), p(&dir)]));
