@@ -18,7 +18,7 @@ pub fn populated(needs_replay: bool) -> &'static [u8] {
 }
 
 fn build(needs_replay: bool) -> Vec<u8> {
-    let me = Caller { uid: 0, gid: 0 };
+    let me = Caller::ROOT;
     let mem = Arc::new(MemDevice::new(1 << 20));
     let sb = mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
     let bs = sb.block_size as usize;
