@@ -10,7 +10,7 @@ static NEEDS_REPLAY: OnceLock<Vec<u8>> = OnceLock::new();
 /// (first byte, length) of the journal region.
 pub static JOURNAL_BYTES: OnceLock<(usize, usize)> = OnceLock::new();
 
-/// A 1 MiB image with a directory, small files, a file with an indirect block, an xattr and a
+/// A 1 MiB image with a directory (whose xattrs span several blocks), small files, a file with an indirect block, an xattr and a
 /// symlink; cleanly unmounted, or (`needs_replay`) cut right after a transaction.
 pub fn populated(needs_replay: bool) -> &'static [u8] {
     let cell = if needs_replay { &NEEDS_REPLAY } else { &CLEAN };
@@ -40,6 +40,9 @@ fn build(needs_replay: bool) -> Vec<u8> {
     let big = fs.create(ROOT_INO, b"big", 0o644, me).expect("create");
     fs.write(big.ino, 0, &vec![3u8; 16 * bs]).expect("write");
     fs.setxattr(big.ino, b"user.a", b"b", XattrFlags::default())
+        .expect("xattr");
+    // a set over several blocks (head and continuations)
+    fs.setxattr(d.ino, b"user.long", &[7u8; 9000], XattrFlags::default())
         .expect("xattr");
     fs.symlink(ROOT_INO, b"l", b"big", me).expect("symlink");
     if needs_replay {

@@ -45,6 +45,15 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
         moafs_core::fs::XattrFlags::default(),
     )
     .unwrap();
+    // a set over several blocks (head + continuations) on the directory
+    let long: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    fs.setxattr(
+        d.ino,
+        b"user.long",
+        &long,
+        moafs_core::fs::XattrFlags::default(),
+    )
+    .unwrap();
     fs.symlink(ROOT_INO, b"link", b"big", ME).unwrap();
     fs.unmount().unwrap();
     let sb = moafs_core::fs::read_superblock(mem.as_ref()).unwrap();
@@ -64,6 +73,19 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     let bi = inode(big_attr.ino);
     let di = inode(dir_attr.ino);
     let (itable_blk, _) = g.inode_location(big_attr.ino);
+    let mut head = vec![0u8; BS as usize];
+    mem.read_at(di.xattr_block as u64 * BS, &mut head).unwrap();
+    let cont = match moafs_core::format::XattrBlock::decode_head(
+        &head,
+        dir_attr.ino,
+        di.xattr_block as u64,
+        g.total_blocks,
+    )
+    .unwrap()
+    {
+        moafs_core::format::XattrHead::Large { cont, .. } => cont,
+        other => panic!("expected a multi-block xattr set, got {other:?}"),
+    };
     let structures = vec![
         ("superblock", 0, 256),
         ("group header", g.header_block(0), 64),
@@ -74,6 +96,8 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
         ("directory block", di.direct[0] as u64, BS as usize),
         ("indirect block", bi.indirect[0] as u64, BS as usize),
         ("xattr block", bi.xattr_block as u64, BS as usize),
+        ("xattr head block", di.xattr_block as u64, BS as usize),
+        ("xattr continuation", cont[cont.len() - 1], BS as usize),
     ];
     (mem.snapshot(), structures)
 }

@@ -44,7 +44,8 @@ enum Op {
     /// An empty directory `e` made or removed at the root.
     Mkdir,
     Rmdir,
-    /// `user.x` set on a file to 1..=255 bytes of one value.
+    /// `user.x` set on a file to 1..=255 bytes of one value, or to 4,000..20,000 (a set over
+    /// several blocks).
     SetXattr(String, u8, usize),
     /// A round of write-behind (new blocks of large files written between commits).
     WriteBehind,
@@ -199,7 +200,15 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                     Some(n) => vec![Op::Link(f, n.to_string())],
                     None => vec![Op::Sync],
                 },
-                95..=96 => vec![Op::SetXattr(f, rng.gen(), rng.gen_range(1..256))],
+                // small sets stay in one block; large values take continuation blocks
+                95..=96 => {
+                    let n = if rng.gen_bool(0.3) {
+                        rng.gen_range(4_000..20_000)
+                    } else {
+                        rng.gen_range(1..256)
+                    };
+                    vec![Op::SetXattr(f, rng.gen(), n)]
+                }
                 _ => vec![if m.dir_e.is_some() {
                     Op::Rmdir
                 } else {
@@ -508,6 +517,9 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, window: &[Tree], what: &str) {
     );
 }
 
+/// Runs that wrote an xattr set over several blocks (the image's feature bit says so).
+static LARGE_XATTR_RUNS: AtomicU64 = AtomicU64::new(0);
+
 /// Runs one workload; returns the number of crash states checked and the engine's counters.
 fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
     let mem = Arc::new(MemDevice::new(IMAGE));
@@ -600,6 +612,9 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
         step += 1;
     }
     *tap.hook.lock().unwrap() = None;
+    if fs.superblock().features_incompat & moafs_core::format::FEATURE_LARGE_XATTR != 0 {
+        LARGE_XATTR_RUNS.fetch_add(1, Ordering::Relaxed);
+    }
     let counters = fs.counters();
     fs.unmount().expect("unmount");
     let final_image = fault.crash_image(CutMode::DropAll).expect("image");
@@ -700,6 +715,11 @@ fn run_all(name: &'static str, ops: usize) {
     }
     if name == "behind" {
         assert!(behind > 0, "write-behind wrote nothing");
+    }
+    if name == "mix" {
+        let large = LARGE_XATTR_RUNS.load(Ordering::Relaxed);
+        eprintln!("crash harness: workload mix: {large} runs wrote multi-block xattr sets");
+        assert!(large > 0, "no multi-block xattr set was written");
     }
 }
 
