@@ -712,3 +712,45 @@ fn fallocate_fills_what_statfs_calls_available() {
     drop(fs);
     fsck_clean(&dev);
 }
+
+/// FALLOC_FL_ZERO_RANGE: the range reads as zeros (partial blocks at both edges included),
+/// the rest keeps its bytes, the size grows past the end unless KEEP_SIZE; across a remount.
+#[test]
+fn fallocate_zero_range() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, ME).unwrap().ino;
+    let data: Vec<u8> = (0..5 * 4096u32).map(|i| (i % 251 + 1) as u8).collect();
+    fs.write(f, 0, &data).unwrap();
+    fs.sync().unwrap();
+    let mut want = data.clone();
+    want[1000..14_000].fill(0);
+    fs.fallocate(f, 1000, 13_000, libc::FALLOC_FL_ZERO_RANGE)
+        .unwrap();
+    assert_eq!(fs.read(f, 0, 30_000).unwrap(), want);
+    // past the end: KEEP_SIZE keeps the size, without it the file grows (zeros)
+    fs.fallocate(
+        f,
+        20_000,
+        10_000,
+        libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+    )
+    .unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 5 * 4096);
+    want[20_000..].fill(0);
+    fs.fallocate(f, 20_000, 10_000, libc::FALLOC_FL_ZERO_RANGE)
+        .unwrap();
+    want.resize(30_000, 0);
+    assert_eq!(fs.getattr(f).unwrap().size, 30_000);
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    assert_eq!(fs.read(f, 0, 40_000).unwrap(), want);
+    // still refused: the modes moafs does not have
+    assert!(matches!(
+        fs.fallocate(f, 0, 4096, libc::FALLOC_FL_COLLAPSE_RANGE),
+        Err(FsError::NotSupported)
+    ));
+    fs.unmount().unwrap();
+}

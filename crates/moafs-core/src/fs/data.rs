@@ -418,8 +418,15 @@ impl Inner {
             }
             return self.punch_hole(ino, offset, end);
         }
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
             return Err(FsError::NotSupported);
+        }
+        if mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
+            // Zero what the file holds in the range; then allocate it as fallocate does.
+            if end.div_ceil(bs) > max_file_blocks(bs as u32) {
+                return Err(FsError::FileTooBig);
+            }
+            self.punch_hole(ino, offset, end)?;
         }
         if end.div_ceil(bs) > max_file_blocks(bs as u32) {
             return Err(FsError::FileTooBig);
@@ -462,8 +469,11 @@ impl Inner {
             return Ok(());
         }
         // Zero partial blocks at the edges; whole blocks inside are zeroed as well (holes are
-        // zeros either way; freeing them in the middle of a file is future work).
+        // zeros either way; freeing them in the middle of a file is future work). Whole blocks
+        // share one zero buffer, and write-back runs between batches.
+        let zero: Arc<[u8]> = Arc::from(vec![0u8; bs as usize]);
         let mut pos = offset;
+        let mut batch = 0;
         while pos < end {
             let idx = pos / bs;
             let bstart = idx * bs;
@@ -472,10 +482,18 @@ impl Inner {
             let cached = self.inode(ino)?.cache.contains_key(&idx);
             if phys != 0 || cached {
                 let at = (pos - bstart) as usize..(hi - bstart) as usize;
-                let buf = self.edited_block(ino, idx, |b| b[at].fill(0))?;
+                let buf = if at.len() == bs as usize {
+                    zero.clone()
+                } else {
+                    self.edited_block(ino, idx, |b| b[at].fill(0))?
+                };
                 let newly = self.needs_reservation(ino, idx)?;
                 self.reserve_for(ino, idx, newly as u64)?;
                 self.put_dirty(ino, idx, buf, newly)?;
+                batch += 1;
+                if batch % 4096 == 0 {
+                    self.after_dirtying()?;
+                }
             }
             pos = hi;
         }
