@@ -754,3 +754,32 @@ fn fallocate_zero_range() {
     ));
     fs.unmount().unwrap();
 }
+
+/// RENAME_WHITEOUT (overlayfs): the file moves and a character device 0:0 takes its old name,
+/// in one step; with NOREPLACE an existing target refuses it and nothing changes.
+#[test]
+fn rename_with_whiteout() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let a = fs.create(ROOT_INO, b"a", 0o644, ME).unwrap().ino;
+    fs.write(a, 0, b"payload").unwrap();
+    fs.create(ROOT_INO, b"taken", 0o644, ME).unwrap();
+    assert!(matches!(
+        fs.rename_whiteout(ROOT_INO, b"a", ROOT_INO, b"taken", true, ME),
+        Err(FsError::Exists)
+    ));
+    assert_eq!(fs.lookup(ROOT_INO, b"a").unwrap().ino, a);
+    fs.rename_whiteout(ROOT_INO, b"a", ROOT_INO, b"b", true, ME)
+        .unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    let b = fs.lookup(ROOT_INO, b"b").unwrap();
+    assert_eq!(b.ino, a);
+    assert_eq!(fs.read(a, 0, 100).unwrap(), b"payload");
+    let w = fs.lookup(ROOT_INO, b"a").unwrap();
+    assert_eq!(w.kind, FileKind::CharDevice);
+    assert_eq!((w.rdev, w.perm & 0o7777), (0, 0));
+    fs.unmount().unwrap();
+}

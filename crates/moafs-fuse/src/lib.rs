@@ -568,7 +568,7 @@ impl Filesystem for MoafsFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -578,8 +578,24 @@ impl Filesystem for MoafsFuse {
     ) {
         self.activity.note();
         let bits = flags.bits();
-        if bits & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+        if bits & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT) != 0 {
             return reply.error(Errno::EINVAL);
+        }
+        if bits & libc::RENAME_WHITEOUT != 0 {
+            if bits & libc::RENAME_EXCHANGE != 0 {
+                return reply.error(Errno::EINVAL);
+            }
+            return Self::empty(
+                reply,
+                self.fs.rename_whiteout(
+                    parent.0,
+                    name.as_bytes(),
+                    newparent.0,
+                    newname.as_bytes(),
+                    bits & libc::RENAME_NOREPLACE != 0,
+                    caller(req),
+                ),
+            );
         }
         let flags = CoreRenameFlags {
             noreplace: bits & libc::RENAME_NOREPLACE != 0,

@@ -304,6 +304,35 @@ impl Fs {
     ) -> FsResult<()> {
         self.lock().rename(parent, name, newparent, newname, flags)
     }
+    /// rename(2) with RENAME_WHITEOUT (overlayfs's upper layers): the rename, and in the same
+    /// step a whiteout — a character device 0:0 owned by `who` — where the source was.
+    pub fn rename_whiteout(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        newparent: Ino,
+        newname: &[u8],
+        noreplace: bool,
+        who: Caller,
+    ) -> FsResult<()> {
+        let mut g = self.lock();
+        // the whiteout's inode must be there before anything moves
+        if g.alloc.free_inodes() == 0 && g.alloc.pending_inode_count() == 0 {
+            return Err(FsError::NoSpace);
+        }
+        let flags = RenameFlags {
+            noreplace,
+            exchange: false,
+        };
+        g.rename(parent, name, newparent, newname, flags)?;
+        let who = Caller { umask: 0, ..who };
+        let w = g.make(parent, name, libc::S_IFCHR, 0, who, None)?;
+        // no entry reply hands the whiteout to the kernel: it holds no reference to it
+        if let Some(node) = g.inodes.get_mut(&w.ino) {
+            node.lookups = 0;
+        }
+        Ok(())
+    }
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
         self.lock().link(ino, newparent, newname)
     }
