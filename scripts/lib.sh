@@ -8,11 +8,20 @@ alive() {
   [ -n "$st" ] && [ "$st" != Z ]
 }
 
+# is_mounted DIR: true while DIR is a mount point in this namespace. Read from mountinfo, not
+# by stat (mountpoint(1)): a FUSE mount whose daemon died answers every stat with ENOTCONN
+# and would pass for "not mounted", leaving a dead mount nobody removes.
+is_mounted() {
+  local want
+  want=$(printf '%s' "$1" | sed 's/\\/\\134/g; s/ /\\040/g; s/\t/\\011/g')
+  M=$want awk '$5 == ENVIRON["M"] { found = 1 } END { exit !found }' /proc/self/mountinfo
+}
+
 # unmount_wait MOUNTPOINT PID: unmounts and waits (up to 60 s) for the daemon to exit, so the
 # image is complete and unlocked when this returns.
 unmount_wait() {
   local mnt=$1 pid=${2:-}
-  if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" || true; fi
+  if is_mounted "$mnt"; then fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" || true; fi
   if [ -n "$pid" ]; then
     for _ in $(seq 1 600); do alive "$pid" || return 0; sleep 0.1; done
     echo "moafs daemon $pid did not exit" >&2
@@ -31,7 +40,7 @@ bench_init() {
 }
 
 bench_teardown() {
-  if mountpoint -q "$mnt"; then
+  if is_mounted "$mnt"; then
     if [ -n "$loop" ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid" || true; fi
   fi
   [ -n "$pid" ] && { for _ in $(seq 1 600); do alive "$pid" || break; sleep 0.1; done; }

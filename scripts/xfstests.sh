@@ -15,11 +15,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+. scripts/lib.sh
 MOAFS=$ROOT/target/release/moafs
 SRC=${XFSTESTS_SRC:-$ROOT/../shared/xfstests/xfstests-src.tar.gz}
 BUILD=$ROOT/target/xfstests
 RESULTS=$ROOT/target/xfstests-results
-WORK=${XFSTESTS_WORK:-/var/tmp/moafs-xfstests}
+# The images and mount points: a fresh directory per run, so a run killed with its mounts
+# (or one running beside it) never stands in the way of the next.
+WORK=${XFSTESTS_WORK:-}
 EXCLUDE=$ROOT/tests/xfstests-exclude
 IMAGE_SIZE=${XFSTESTS_IMAGE_SIZE:-3G}
 
@@ -97,7 +100,7 @@ build() {
 unmount_all() {
   for d in "$WORK/test" "$WORK/scratch"; do
     for _ in 1 2 3 4 5; do
-      mountpoint -q "$d" 2>/dev/null || break
+      is_mounted "$d" || break
       umount "$d" 2>/dev/null || { sleep 0.5; umount -l "$d" 2>/dev/null || true; }
     done
   done
@@ -111,10 +114,11 @@ cleanup() {
 install_deps
 build
 "$MOAFS" install-helpers >/dev/null
+if [ -z "$WORK" ]; then WORK=$(mktemp -d /var/tmp/moafs-xfstests.XXXXXX); fi
+trap cleanup EXIT
 unmount_all
 rm -rf "$WORK"
 mkdir -p "$WORK/test" "$WORK/scratch"
-trap cleanup EXIT
 "$MOAFS" mkfs --size "$IMAGE_SIZE" "$WORK/test.img" >/dev/null
 "$MOAFS" mkfs --size "$IMAGE_SIZE" "$WORK/scratch.img" >/dev/null
 # mount(8) runs mount.fuse.moafs: dev,suid as on any file system root mounts, unless told
