@@ -52,6 +52,11 @@ pub enum FsError {
     ReadOnly,
     #[error("stale file handle (inode {ino})")]
     Stale { ino: u64 },
+    /// Inside the engine: an operation needs a commit (to release pending frees) while
+    /// another commit is writing; `Fs` lets go of the engine lock, waits and retries. Seen
+    /// outside only if space stays short: reported as ENOSPC.
+    #[error("no space left on device (frees wait for a commit in flight)")]
+    CommitBusy,
 }
 
 impl FsError {
@@ -78,6 +83,7 @@ impl FsError {
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::ReadOnly => libc::EROFS,
             FsError::Stale { .. } => libc::ESTALE,
+            FsError::CommitBusy => libc::ENOSPC,
         }
     }
 

@@ -221,6 +221,10 @@ pub(crate) struct Allocator {
     pub pending_blocks: Vec<(u64, u64)>,
     /// Inodes freed since the last commit.
     pub pending_inodes: Vec<u64>,
+    /// Freed before the commit now writing (taken at its start, `seal_pending`): they
+    /// become `pending_prev_*` when it is durable. Empty while no commit is in flight.
+    pub pending_sealed_blocks: Vec<(u64, u64)>,
+    pub pending_sealed_inodes: Vec<u64>,
     /// Freed before the last commit: reusable after the next one.
     pub pending_prev_blocks: Vec<(u64, u64)>,
     pub pending_prev_inodes: Vec<u64>,
@@ -241,21 +245,26 @@ impl Allocator {
     pub fn free_inodes(&self) -> u64 {
         self.groups.iter().map(|g| g.hdr.free_inodes as u64).sum()
     }
-    pub fn pending_block_count(&self) -> u64 {
+    fn all_pending_blocks(&self) -> impl Iterator<Item = &(u64, u64)> {
         self.pending_blocks
             .iter()
+            .chain(&self.pending_sealed_blocks)
             .chain(&self.pending_prev_blocks)
-            .map(|p| p.1)
-            .sum()
+    }
+    fn all_pending_inodes(&self) -> impl Iterator<Item = &u64> {
+        self.pending_inodes
+            .iter()
+            .chain(&self.pending_sealed_inodes)
+            .chain(&self.pending_prev_inodes)
+    }
+    pub fn pending_block_count(&self) -> u64 {
+        self.all_pending_blocks().map(|p| p.1).sum()
     }
     pub fn pending_inode_count(&self) -> u64 {
-        (self.pending_inodes.len() + self.pending_prev_inodes.len()) as u64
+        self.all_pending_inodes().count() as u64
     }
     pub fn has_pending(&self) -> bool {
-        !self.pending_blocks.is_empty()
-            || !self.pending_inodes.is_empty()
-            || !self.pending_prev_blocks.is_empty()
-            || !self.pending_prev_inodes.is_empty()
+        self.all_pending_blocks().next().is_some() || self.all_pending_inodes().next().is_some()
     }
 
     /// On-disk images of the dirty groups, with every pending free applied.
@@ -276,7 +285,8 @@ impl Allocator {
                 );
             }
         }
-        for &(first, count) in self.pending_blocks.iter().chain(&self.pending_prev_blocks) {
+        let pending: Vec<(u64, u64)> = self.all_pending_blocks().copied().collect();
+        for (first, count) in pending {
             for b in first..first + count {
                 let g = geo.group_of_block(b);
                 if let Some(img) = out.get_mut(&g) {
@@ -288,7 +298,8 @@ impl Allocator {
                 }
             }
         }
-        for &ino in self.pending_inodes.iter().chain(&self.pending_prev_inodes) {
+        let inodes: Vec<u64> = self.all_pending_inodes().copied().collect();
+        for ino in inodes {
             let g = geo.group_of_inode(ino);
             if let Some(img) = out.get_mut(&g) {
                 let i = geo.inode_index_in_group(ino) as u64;
@@ -399,17 +410,28 @@ impl Allocator {
         self.pending_inodes.push(ino);
     }
 
+    /// A commit starts: the frees its transaction shows are set apart from those made while
+    /// it writes (which the next transaction shows).
+    pub fn seal_pending(&mut self) {
+        debug_assert!(
+            self.pending_sealed_blocks.is_empty() && self.pending_sealed_inodes.is_empty()
+        );
+        self.pending_sealed_blocks = std::mem::take(&mut self.pending_blocks);
+        self.pending_sealed_inodes = std::mem::take(&mut self.pending_inodes);
+    }
+
     /// Called after a commit is durable: frees from before the previous commit become
-    /// reusable; frees since then wait for the next commit. The on-disk bitmaps already show
-    /// all of them free, so no group becomes dirty here.
+    /// reusable; those this commit made durable wait for the next one; those made while it
+    /// wrote wait for the next two. The on-disk bitmaps already show the first two kinds
+    /// free, so no group becomes dirty here.
     pub fn release_pending(&mut self) {
         let blocks = std::mem::replace(
             &mut self.pending_prev_blocks,
-            std::mem::take(&mut self.pending_blocks),
+            std::mem::take(&mut self.pending_sealed_blocks),
         );
         let inodes = std::mem::replace(
             &mut self.pending_prev_inodes,
-            std::mem::take(&mut self.pending_inodes),
+            std::mem::take(&mut self.pending_sealed_inodes),
         );
         self.release(blocks, inodes);
     }

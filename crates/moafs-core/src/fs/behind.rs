@@ -17,19 +17,17 @@
 //!   `wb_unflushed` makes that commit flush the device before its metadata (journal=ordered),
 //!   as for data it wrote itself. Overwrites of blocks that already had an address are left to
 //!   the commit (journal=ordered journals them); with journal=data nothing is written behind.
-//! - (B) holds `wb_io`, which every commit takes first (lock order: engine lock, `wb_io`,
-//!   `io_gate`): no commit runs while (B) writes, so no block freed meanwhile becomes
-//!   reusable (frees become allocatable only at the end of a commit) and no commit writes the
-//!   same block concurrently. (A) takes `wb_io` before it releases the engine lock. (B)
-//!   leaves its result in `wb_io`'s slot; a commit that was waiting for `wb_io` finishes the
-//!   round (C) before anything else, instead of writing its blocks again.
+//! - A round is one of the jobs of the committer: it holds `Fs::commit_mx` across its three
+//!   steps and marks `committing` during (B), like a commit, so no commit runs while (B)
+//!   writes: no block freed meanwhile becomes reusable (frees become allocatable only at the
+//!   end of a commit), no commit writes the same blocks, and nothing evicts them.
 //! - Blocks stay dirty until (C), so eviction cannot drop one whose bytes are not yet on the
 //!   device; a block rewritten during (B) has a new buffer and stays dirty for the commit.
 //!   After (C) a read of a dropped block finds its address and the bytes (B) wrote there.
 //! - A failed device write turns the file system read-only, as a failed commit does.
 
 use super::{Fs, Inner, JournalMode};
-use crate::error::{FsError, FsResult};
+use crate::error::FsResult;
 use crate::format::N_DIRECT;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,14 +36,6 @@ use std::sync::Arc;
 pub(crate) struct WbRun {
     phys: u64,
     blocks: Vec<(u64, u64, Arc<[u8]>)>,
-}
-
-/// What (B) leaves in the `wb_io` slot for whoever takes the engine lock next: the worker's
-/// (C), or a commit that was waiting for `wb_io` (it finishes the round first, so that it does
-/// not write the same blocks again).
-pub(crate) enum WbDone {
-    Written(Vec<WbRun>),
-    Failed,
 }
 
 /// Longest vectored request of write-behind, in blocks (as `write_runs`).
@@ -175,33 +165,20 @@ impl Inner {
         self.rearm_write_behind();
         Ok(done)
     }
-
-    /// Finishes a round whose device writes are done (`slot` is `wb_io`'s, held by the
-    /// caller): (C) for written runs; a failed round turns the file system read-only.
-    pub(crate) fn finish_write_behind_slot(&mut self, slot: &mut Option<WbDone>) -> FsResult<u64> {
-        match slot.take() {
-            None => Ok(0),
-            Some(WbDone::Written(runs)) => self.finish_write_behind(runs),
-            Some(WbDone::Failed) => {
-                self.failed = true;
-                Err(FsError::ReadOnly)
-            }
-        }
-    }
 }
 
 impl Fs {
     /// One round of write-behind (see the module comment): returns the blocks written and
     /// marked clean. Needs no thread of its own; [`Fs::write_behind_worker`] calls it.
     pub fn write_behind(&self) -> FsResult<u64> {
+        let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
         let mut g = self.lock();
         let runs = g.plan_write_behind()?;
         if runs.is_empty() {
             g.rearm_write_behind();
             return Ok(0);
         }
-        let io = g.wb_io.clone();
-        let mut slot = io.lock().unwrap_or_else(|e| e.into_inner());
+        g.committing = true;
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
         drop(g);
         let mut written = Ok(());
@@ -212,17 +189,17 @@ impl Fs {
                 break;
             }
         }
-        *slot = Some(match written {
-            Ok(()) => WbDone::Written(runs),
-            Err(_) => WbDone::Failed,
-        });
-        // Released before the engine lock is taken again (lock order: engine, then wb_io); a
-        // commit that gets the engine lock first finishes the round itself.
-        drop(slot);
         let mut g = self.lock();
-        let mut slot = io.lock().unwrap_or_else(|e| e.into_inner());
-        let r = g.finish_write_behind_slot(&mut slot);
-        written?;
+        g.committing = false;
+        let r = match written {
+            Ok(()) => g.finish_write_behind(runs),
+            Err(e) => {
+                g.failed = true;
+                Err(e.into())
+            }
+        };
+        drop(g);
+        self.done.notify_all();
         r
     }
 

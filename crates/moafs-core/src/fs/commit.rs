@@ -1,52 +1,82 @@
 //! Write-back and commit: the only place where disk addresses are chosen and metadata written.
 //!
-//! Order of a commit: (1) file data: first the dirty small files co-written by directory
-//! (`cowrite.rs`), then every other dirty file on its own in the order files became dirty,
-//! allocating addresses for blocks that have none, written
-//! in place or added to the transaction (`journal=data`: all of it; `journal=ordered`:
-//! overwrites of blocks already on disk; see `write_runs`);
-//! (2) in `ordered` mode, a flush, so that no metadata can point at unwritten data; (3) the
-//! transaction of every changed metadata block (directory, xattr, indirect, inode-table blocks,
-//! bitmaps, group headers, superblocks) goes to the journal, is flushed and then written home
-//! (`journal.rs`); (4) frees from before the previous commit become allocatable.
+//! A commit runs in three phases. (A) `commit_begin`, under the engine lock: file data is
+//! placed (first the dirty small files co-written by directory, `cowrite.rs`, then every
+//! other dirty file on its own in the order files became dirty, allocating addresses for
+//! blocks that have none) and snapshotted (cached bytes are immutable `Arc`s); overwrites go
+//! into the transaction with `journal=ordered`, all data with `journal=data` (`write_runs`);
+//! every changed metadata block (directory, xattr, indirect, inode-table blocks, bitmaps,
+//! group headers, superblocks) is encoded into the transaction, and the journal's space and
+//! sequence number are taken. Everything taken is marked clean. (B) `CommitIo::run`, with the
+//! engine lock released (the caller holds `Fs::commit_mx`): data home, a flush when data must
+//! precede metadata, the transaction as one request, a flush, the checkpoint. (C)
+//! `commit_end`, under the lock again: frees from before the previous commit become
+//! allocatable, the durable epoch advances and waiting fsyncs return.
+//!
+//! While (B) runs, operations go on: they change the in-memory state the next commit takes.
+//! Nothing they do can reach what (B) writes: blocks freed meanwhile are shown free by the
+//! next transaction and reusable only after the one after it (`alloc.rs`), cached blocks are
+//! not evicted (a clean block whose bytes are still on their way stays readable from the
+//! cache), and in-memory state is dropped only in (C).
 
+use super::journal::TxnIo;
 use super::{Inner, JournalMode};
+use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{bitmap_crc, encode_indirect, DiskInode, XattrBlock};
+use std::sync::Arc;
 use std::time::Instant;
+
+/// What phase (B) of a commit writes, with the engine lock released.
+pub(crate) struct CommitIo {
+    pub epoch: u64,
+    /// File data home: (first block, the buffers of a contiguous run).
+    data: Vec<(u64, Vec<Arc<[u8]>>)>,
+    /// A flush after the data, before anything that points at it.
+    order_flush: bool,
+    txn: TxnIo,
+}
+
+impl CommitIo {
+    /// Phase (B): the device I/O of a commit, in order (see the module comment).
+    pub fn run(&self, dev: &dyn BlockDevice, bs: u64) -> FsResult<()> {
+        for (phys, bufs) in &self.data {
+            let v: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
+            dev.writev_at(phys * bs, &v)?;
+        }
+        if self.order_flush {
+            dev.flush()?;
+        }
+        self.txn.run(dev, bs, self.order_flush)
+    }
+}
 
 impl Inner {
     pub(crate) fn has_dirty(&self) -> bool {
         self.has_unsaved() || self.alloc.has_pending()
     }
 
-    /// Changes not yet in a commit (pending frees aside).
-    fn has_unsaved(&self) -> bool {
+    /// Changes not yet in a commit (pending frees aside). Looks at the inodes touched since
+    /// the last commit started, not at every inode.
+    pub(crate) fn has_unsaved(&self) -> bool {
         self.dirty_blocks > 0
             || !self.dead.is_empty()
+            || !self.ind_dirty.is_empty()
             || self.alloc.groups.iter().any(|g| g.dirty)
-            || self.ind.values().any(|b| b.dirty)
-            || self.inodes.values().any(|n| {
-                n.dirty
-                    || n.xattr_dirty
-                    || n.dir
-                        .as_ref()
-                        .is_some_and(|d| d.blocks.iter().any(|b| b.dirty))
-            })
+            || self
+                .touched
+                .iter()
+                .any(|i| self.inodes.get(i).is_some_and(|n| n.unsaved()))
     }
 
-    /// Commits unless nothing changed since the last commit (whose flush has returned, as the
-    /// caller holds the engine lock). This is group commit: callers of fsync that waited for
-    /// the lock while a commit ran find their changes durable and return at once.
-    pub(crate) fn commit_if_unsaved(&mut self) -> FsResult<()> {
-        if self.failed && !self.opts.read_only {
-            return Err(FsError::ReadOnly);
-        }
+    /// The commit an fsync or sync must wait for (`docs/SEMANTICS.md`: everything changed
+    /// before it becomes durable): the next one if anything is unsaved, else the one in
+    /// flight (if any; durable already when none is).
+    pub(crate) fn sync_epoch(&self) -> u64 {
         if self.has_unsaved() {
-            self.commit()
+            self.epoch_started + 1
         } else {
-            self.counters.commits_skipped += 1;
-            Ok(())
+            self.epoch_started
         }
     }
 
@@ -59,29 +89,68 @@ impl Inner {
         Ok(())
     }
 
-    /// Writes back everything dirty and flushes the device. On an I/O error the file system
-    /// turns read-only (nothing more is written that could contradict what is on disk).
+    /// A whole commit with the engine lock held throughout (mount, unmount, the ENOSPC path,
+    /// tests). Only when no commit or write-behind round is in flight (`CommitBusy` else: the
+    /// caller lets go of the lock and waits, see `Fs::mutate`).
     pub(crate) fn commit(&mut self) -> FsResult<()> {
         if self.opts.read_only {
             return Ok(());
         }
+        let io = self.commit_begin()?;
+        let r = io.run(self.dev.as_ref(), self.bs() as u64);
+        self.commit_end(io.epoch, r)
+    }
+
+    /// Phase (A) (module comment). On an error the file system turns read-only (nothing more
+    /// is written that could contradict what is on disk).
+    pub(crate) fn commit_begin(&mut self) -> FsResult<CommitIo> {
         if self.failed {
             return Err(FsError::ReadOnly);
         }
-        // No write-behind writes while a commit runs; a round whose writes are done is
-        // finished first (see `behind.rs`).
-        let io = self.wb_io.clone();
-        let mut slot = io.lock().unwrap_or_else(|e| e.into_inner());
-        self.finish_write_behind_slot(&mut slot)?;
-        let r = self.commit_inner();
+        if self.committing {
+            return Err(FsError::CommitBusy);
+        }
+        let r = self.commit_plan();
         if r.is_err() {
             self.failed = true;
+            self.out_data.clear();
         }
         r
     }
 
-    fn commit_inner(&mut self) -> FsResult<()> {
+    /// Phase (C): `result` is what (B) returned.
+    pub(crate) fn commit_end(&mut self, epoch: u64, result: FsResult<()>) -> FsResult<()> {
+        self.committing = false;
+        if let Err(e) = result {
+            self.failed = true;
+            return Err(e);
+        }
+        self.counters.commits += 1;
+        {
+            // No read planned before this commit may still be reading blocks about to be freed.
+            let gate = self.io_gate.clone();
+            let _exclusive = gate.write().unwrap_or_else(|e| e.into_inner());
+            self.alloc.release_pending();
+        }
+        self.epoch_durable = epoch;
+        self.last_commit = Instant::now();
+        // The inode-table cache is only for read-modify-write; keep it bounded. (Not in (A):
+        // while (B) writes, a block not in this cache must be current at home.)
+        if self.itable.len() > 4096 {
+            self.itable.clear();
+        }
+        self.rearm_write_behind();
+        self.evict();
+        self.forget_idle_inodes();
+        Ok(())
+    }
+
+    fn commit_plan(&mut self) -> FsResult<CommitIo> {
+        let epoch = self.epoch_started + 1;
+        // The inodes this commit takes changes of; inodes it touches itself are added below.
+        let mut inos: Vec<u64> = self.touched.drain().collect();
         self.txn.clear();
+        self.out_data.clear();
         self.txn_data_budget = match (&self.journal, self.opts.journal) {
             (Some(j), JournalMode::Data | JournalMode::Ordered) => j.len / 4,
             _ => 0,
@@ -111,25 +180,33 @@ impl Inner {
             self.write_placed(ino, &placed)?;
         }
         // Then in inode order (deterministic: a crash test replays exactly).
-        let mut inos: Vec<u64> = self.inodes.keys().copied().collect();
+        inos.extend(self.touched.drain());
         inos.sort_unstable();
+        inos.dedup();
         for &ino in &inos {
-            if self.inodes[&ino].dirty_blocks > 0 {
+            let Some(n) = self.inodes.get(&ino) else {
+                continue;
+            };
+            let (data, dir, xattrs) = (
+                n.dirty_blocks > 0,
+                n.dir.as_ref().is_some_and(|d| d.any_dirty),
+                n.xattr_dirty,
+            );
+            if data {
                 self.write_back_file(ino)?;
             }
-            if self.inodes[&ino]
-                .dir
-                .as_ref()
-                .is_some_and(|d| d.blocks.iter().any(|b| b.dirty))
-            {
+            if dir {
                 self.write_back_dir(ino)?;
             }
-            if self.inodes[&ino].xattr_dirty {
+            if xattrs {
                 self.write_back_xattrs(ino)?;
             }
         }
         self.write_indirect()?;
-        self.write_inodes()?;
+        inos.extend(self.touched.drain());
+        inos.sort_unstable();
+        inos.dedup();
+        self.write_inodes(&inos)?;
         self.write_groups()?;
         self.write_superblocks()?;
         let order_data = match self.opts.journal {
@@ -143,31 +220,29 @@ impl Inner {
         self.replaced_by_rename = false;
         self.order_data_once = false;
         let wrote_data = self.counters.data_blocks_written > data_before || self.wb_unflushed;
-        if order_data && self.journal.is_some() && wrote_data {
-            // Data in place (also what write-behind wrote) before any metadata that points
-            // at it.
-            self.flush_dev()?;
-        }
+        // Data in place (also what write-behind wrote) before any metadata that points at it.
+        let order_flush = order_data && self.journal.is_some() && wrote_data;
         self.wb_unflushed = false;
         // Every promised metadata block has its address now.
         self.meta_reserved = 0;
-        for node in self.inodes.values_mut() {
-            node.meta_reserved = false;
+        for ino in &inos {
+            if let Some(n) = self.inodes.get_mut(ino) {
+                n.meta_reserved = false;
+            }
         }
+        // Every inode in memory is clean now: the next commit starts from an empty set.
+        self.touched.clear();
+        self.alloc.seal_pending();
         let txn = std::mem::take(&mut self.txn);
-        self.commit_txn(txn)?;
-        self.counters.commits += 1;
-        {
-            // No read planned before this commit may still be reading blocks about to be freed.
-            let gate = self.io_gate.clone();
-            let _exclusive = gate.write().unwrap_or_else(|e| e.into_inner());
-            self.alloc.release_pending();
-        }
-        self.last_commit = Instant::now();
-        self.rearm_write_behind();
-        self.evict();
-        self.forget_idle_inodes();
-        Ok(())
+        let txn = self.plan_txn(txn, order_flush);
+        self.epoch_started = epoch;
+        self.committing = true;
+        Ok(CommitIo {
+            epoch,
+            data: std::mem::take(&mut self.out_data),
+            order_flush,
+            txn,
+        })
     }
 
     /// Allocates addresses for the dirty blocks that have none, then writes all dirty blocks
@@ -244,7 +319,8 @@ impl Inner {
         Ok(placed)
     }
 
-    /// Writes the placed dirty blocks of `ino` (`place_file`) and marks them clean.
+    /// Takes the placed dirty blocks of `ino` (`place_file`) into the commit and marks them
+    /// clean.
     fn write_placed(&mut self, ino: u64, placed: &[(u64, u64, bool)]) -> FsResult<()> {
         self.write_runs(ino, placed)?;
         let node = self.inode(ino)?;
@@ -271,13 +347,13 @@ impl Inner {
         Ok(geo.group_start(geo.group_of_inode(ino)) + geo.meta_blocks() as u64)
     }
 
-    /// Writes cached blocks of `ino` given as sorted (physical, logical) pairs.
-    /// Data blocks go home in contiguous runs, or into the transaction: all of them with
+    /// Takes cached blocks of `ino` given as sorted (physical, logical) pairs into the commit.
+    /// Data blocks go home in contiguous runs (`out_data`, written in phase B), or into the
+    /// transaction: all of them with
     /// `journal=data`, overwrites of blocks already on disk with `journal=ordered` (so that a
     /// crash never shows an old file size with newer or zeroed bytes inside it), while the
     /// transaction's share of the journal lasts.
     fn write_runs(&mut self, ino: u64, placed: &[(u64, u64, bool)]) -> FsResult<()> {
-        let bs = self.bs() as u64;
         let node = &self.inodes[&ino];
         let mut i = 0;
         while i < placed.len() {
@@ -305,11 +381,11 @@ impl Inner {
                 i = j;
                 continue;
             }
-            let bufs: Vec<&[u8]> = placed[i..j]
+            let bufs: Vec<Arc<[u8]>> = placed[i..j]
                 .iter()
-                .filter_map(|(_, idx, _)| node.cache.get(idx).map(|c| &c.data[..]))
+                .filter_map(|(_, idx, _)| node.cache.get(idx).map(|c| c.data.clone()))
                 .collect();
-            self.dev.writev_at(placed[i].0 * bs, &bufs)?;
+            self.out_data.push((placed[i].0, bufs));
             self.counters.data_write_ios += 1;
             self.counters.data_blocks_written += (j - i) as u64;
             i = j;
@@ -345,9 +421,11 @@ impl Inner {
         }
         self.txn.extend(writes);
         let node = self.inode(ino)?;
-        for b in &mut node.dir.as_mut().expect("caller checked").blocks {
+        let d = node.dir.as_mut().expect("caller checked");
+        for b in &mut d.blocks {
             b.dirty = false;
         }
+        d.any_dirty = false;
         node.d.size = (nblocks * bs) as u64;
         node.dirty = true;
         Ok(())
@@ -401,15 +479,14 @@ impl Inner {
 
     fn write_indirect(&mut self) -> FsResult<()> {
         let bs = self.alloc.geo.block_size;
-        let mut dirty: Vec<u64> = self
-            .ind
-            .iter()
-            .filter(|(_, b)| b.dirty)
-            .map(|(k, _)| *k)
-            .collect();
+        let mut dirty = std::mem::take(&mut self.ind_dirty);
         dirty.sort_unstable();
+        dirty.dedup();
         for blk in dirty {
-            let ib = self.ind.get_mut(&blk).expect("listed above");
+            // freed since it was listed, or listed twice
+            let Some(ib) = self.ind.get_mut(&blk).filter(|b| b.dirty) else {
+                continue;
+            };
             ib.dirty = false;
             let bytes = encode_indirect(&ib.ptrs, blk, bs);
             self.txn.push((blk, bytes));
@@ -417,13 +494,16 @@ impl Inner {
         Ok(())
     }
 
-    fn write_inodes(&mut self) -> FsResult<()> {
+    /// Encodes the dirty inodes among `inos` (the touched ones) and the freed slots.
+    fn write_inodes(&mut self, inos: &[u64]) -> FsResult<()> {
         let geo = self.alloc.geo;
         let mut slots: Vec<(u64, DiskInode)> = std::mem::take(&mut self.dead).into_iter().collect();
-        for (ino, node) in self.inodes.iter_mut() {
-            if node.dirty {
-                node.dirty = false;
-                slots.push((*ino, node.d.clone()));
+        for ino in inos {
+            if let Some(node) = self.inodes.get_mut(ino) {
+                if node.dirty {
+                    node.dirty = false;
+                    slots.push((*ino, node.d.clone()));
+                }
             }
         }
         let mut blocks: Vec<u64> = Vec::new();
@@ -438,10 +518,6 @@ impl Inner {
         for blk in blocks {
             let buf = self.itable[&blk].clone();
             self.txn.push((blk, buf));
-        }
-        // The inode-table cache is only for read-modify-write; keep it bounded.
-        if self.itable.len() > 4096 {
-            self.itable.clear();
         }
         Ok(())
     }

@@ -188,19 +188,19 @@ impl Inner {
             .count() as u64)
     }
 
-    /// Writes `files` (whole, in order) to the allocated run at `start` with one vectored
-    /// request, then points their blocks there and frees the old ones (after two commits).
+    /// Takes `files` (whole, in order) into the commit as one vectored request to the
+    /// allocated run at `start`, then points their blocks there and frees the old ones (after
+    /// two commits).
     fn cowrite_batch(&mut self, start: u64, files: &[Candidate]) -> FsResult<()> {
-        let bs = self.bs() as u64;
         let blocks: u64 = files.iter().map(|c| c.1).sum();
         {
-            let mut bufs: Vec<&[u8]> = Vec::with_capacity(blocks as usize);
+            let mut bufs: Vec<std::sync::Arc<[u8]>> = Vec::with_capacity(blocks as usize);
             for &(ino, nb) in files {
                 let node = &self.inodes[&ino];
-                bufs.extend(node.cache.range(0..nb).map(|(_, c)| &c.data[..]));
+                bufs.extend(node.cache.range(0..nb).map(|(_, c)| c.data.clone()));
             }
             debug_assert_eq!(bufs.len() as u64, blocks);
-            self.dev.writev_at(start * bs, &bufs)?;
+            self.out_data.push((start, bufs));
         }
         let mut phys = start;
         let mut relocated = 0;

@@ -73,7 +73,7 @@ impl Inner {
             return Ok(());
         }
         if self.avail_for_reservation() < n && self.alloc.pending_block_count() > 0 {
-            self.commit_to_free()?;
+            self.commit_to_free()?; // CommitBusy while a commit is in flight
         }
         if self.avail_for_reservation() < n {
             return Err(FsError::NoSpace);
@@ -238,23 +238,37 @@ impl Inner {
         Ok(data.len() as u32)
     }
 
-    /// Flush triggers on the write path: dirty threshold and cache pressure.
+    /// Cache pressure on the write path (the dirty threshold is `Fs`'s: writers above it
+    /// wait for a commit, `over_dirty_max`).
     pub(crate) fn after_dirtying(&mut self) -> FsResult<()> {
         let bs = self.bs() as u64;
-        if self.dirty_blocks * bs > self.opts.dirty_bytes_max {
-            self.commit()?;
-        }
         if self.cached_blocks * bs > self.opts.cache_bytes {
             self.evict();
         }
         Ok(())
     }
 
+    /// Between batches of a long operation (fallocate, punch) that holds the engine lock
+    /// throughout: commits when dirty data passed the threshold and no commit is in flight,
+    /// so the range is never held in memory at once.
+    fn between_batches(&mut self) -> FsResult<()> {
+        if self.over_dirty_max() && !self.committing {
+            self.commit()?;
+        }
+        self.after_dirtying()
+    }
+
+    /// More dirty data than `dirty_bytes_max`: the writer waits for a commit.
+    pub(crate) fn over_dirty_max(&self) -> bool {
+        self.dirty_blocks * self.bs() as u64 > self.opts.dirty_bytes_max
+    }
+
     /// Drops the least recently used clean blocks until the cache is at 3/4 of its bound.
     pub(crate) fn evict(&mut self) {
         let bs = self.bs() as u64;
         let target = self.opts.cache_bytes / bs * 3 / 4;
-        if self.cached_blocks <= target {
+        if self.cached_blocks <= target || self.committing {
+            // while a commit writes, clean blocks may hold bytes not yet on the device
             return;
         }
         let mut clean: Vec<(u64, u64, u64)> = Vec::new();
@@ -448,7 +462,7 @@ impl Inner {
             for &idx in batch {
                 self.put_dirty(ino, idx, zero.clone(), true)?;
             }
-            self.after_dirtying()?;
+            self.between_batches()?;
         }
         let now = Timespec::now().pair();
         let node = self.inode(ino)?;
@@ -492,7 +506,7 @@ impl Inner {
                 self.put_dirty(ino, idx, buf, newly)?;
                 batch += 1;
                 if batch % 4096 == 0 {
-                    self.after_dirtying()?;
+                    self.between_batches()?;
                 }
             }
             pos = hi;

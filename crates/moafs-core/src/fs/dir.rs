@@ -36,6 +36,8 @@ pub(crate) struct Dir {
     /// Blocks that lost entries and may have room.
     pub holes: Vec<u32>,
     pub capacity: usize,
+    /// Some block is dirty (cleared when the commit takes them).
+    pub any_dirty: bool,
 }
 
 impl Dir {
@@ -91,6 +93,7 @@ impl Dir {
         b.names.push(name.to_vec());
         b.used += need;
         b.dirty = true;
+        self.any_dirty = true;
         let seq = self.next_seq;
         self.next_seq += 1;
         self.order.insert(seq, name.to_vec());
@@ -131,6 +134,7 @@ impl Dir {
         }
         b.used -= DIR_ENTRY_FIXED + name.len();
         b.dirty = true;
+        self.any_dirty = true;
         if !b.in_holes {
             b.in_holes = true;
             self.holes.push(e.blk);
@@ -145,6 +149,7 @@ impl Dir {
                 e.ino = ino;
                 e.kind = kind;
                 self.blocks[e.blk as usize].dirty = true;
+                self.any_dirty = true;
                 true
             }
             None => false,

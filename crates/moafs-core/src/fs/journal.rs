@@ -89,10 +89,17 @@ impl Inner {
         Ok(())
     }
 
-    /// Commits `writes` (home block, full-block image) atomically: journal, flush, checkpoint.
-    /// Without a journal, or for a transaction larger than the journal, the blocks are written
-    /// in place between two flushes (not atomic; counted in `journal_overflows`).
-    pub(crate) fn commit_txn(&mut self, mut writes: Vec<(u64, Vec<u8>)>) -> FsResult<()> {
+    /// Plans the commit of `writes` (home block, full-block image) atomically: journal, flush,
+    /// checkpoint; without a journal, or for a transaction larger than the journal, in place
+    /// between two flushes (not atomic; counted in `journal_overflows`). The journal's
+    /// bookkeeping is done here, as of the end of [`TxnIo::run`] (only one commit runs at a
+    /// time, and if its I/O fails the file system turns read-only); `flushed_before`: the
+    /// commit flushes before the transaction anyway (ordered data).
+    pub(crate) fn plan_txn(
+        &mut self,
+        mut writes: Vec<(u64, Vec<u8>)>,
+        flushed_before: bool,
+    ) -> TxnIo {
         // The last image of a block wins; checkpoint in block order.
         writes.sort_by_key(|w| w.0);
         writes.dedup_by(|later, earlier| {
@@ -103,54 +110,67 @@ impl Inner {
                 false
             }
         });
+        if flushed_before {
+            if let Some(j) = self.journal.as_mut() {
+                j.flushed();
+            }
+        }
         if writes.is_empty() {
-            return self.flush_dev();
+            if let Some(j) = self.journal.as_mut() {
+                j.flushed();
+            }
+            return TxnIo::Flush;
         }
         let bs = self.bs();
         let n = txn_blocks(writes.len(), bs as u32) as u64;
-        let placed = match self.journal.as_ref() {
+        let mut flush_first = false;
+        let placed = match self.journal.as_mut() {
             None => None,
             Some(j) => match j.place(n) {
                 Some(p) => Some(p),
                 None if n <= j.len => {
-                    // Older transactions still occupy the space: make their checkpoints
-                    // durable, which frees it.
-                    self.flush_dev()?;
-                    self.journal.as_ref().and_then(|j| j.place(n))
+                    // Older transactions still occupy the space: making their checkpoints
+                    // durable frees it.
+                    j.flushed();
+                    flush_first = true;
+                    j.place(n)
                 }
                 None => None,
             },
         };
+        self.counters.meta_blocks_written += writes.len() as u64;
         let Some(pos) = placed else {
-            if self.journal.is_some() {
+            if let Some(j) = self.journal.as_mut() {
                 log::warn!(
                     "transaction of {} blocks exceeds the journal: written in place",
                     writes.len()
                 );
                 self.counters.journal_overflows += 1;
+                j.flushed();
             }
-            self.flush_dev()?;
-            self.write_home(&writes)?;
-            return self.flush_dev();
+            return TxnIo::InPlace(writes);
         };
         let j = self.journal.as_mut().expect("placed in the journal");
         let seq = j.seq + 1;
-        let blocks = encode_txn(seq, j.checkpointed, &writes, bs as u32, j.salt);
         let at = (j.start + pos) * bs as u64;
-        let bufs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
-        self.dev.writev_at(at, &bufs)?;
-        self.counters.journal_blocks_written += blocks.len() as u64;
+        let checkpointed = j.checkpointed;
+        self.counters.journal_blocks_written += n;
         self.counters.journal_commits += 1;
-        self.flush_dev()?;
-        let j = self.journal.as_mut().expect("placed in the journal");
+        // the flush after the transaction: what was home before is durable
+        j.flushed();
         j.seq = seq;
         j.head = pos + n;
         j.live.push_back((seq, pos, n));
-        self.write_home(&writes)?;
-        if let Some(j) = self.journal.as_mut() {
-            j.ckpt_issued = seq;
+        // the checkpoint, issued after that flush
+        j.ckpt_issued = seq;
+        TxnIo::Journal {
+            flush_first,
+            at,
+            seq,
+            checkpointed,
+            salt: j.salt,
+            home: writes,
         }
-        Ok(())
     }
 
     /// After a crash: frees inodes that are allocated but have no links (files unlinked while
@@ -184,23 +204,78 @@ impl Inner {
         }
         self.commit()
     }
+}
 
-    /// Writes sorted (block, image) pairs home, contiguous runs as one request each.
-    fn write_home(&mut self, writes: &[(u64, Vec<u8>)]) -> FsResult<()> {
-        let bs = self.bs() as u64;
-        let mut i = 0;
-        while i < writes.len() {
-            let mut k = i + 1;
-            while k < writes.len() && writes[k].0 == writes[k - 1].0 + 1 && k - i < 256 {
-                k += 1;
+/// The device I/O of a transaction planned by `Inner::plan_txn` (phase B of a commit).
+pub(crate) enum TxnIo {
+    /// Nothing to write: a flush.
+    Flush,
+    /// Written in place between two flushes (no journal, or larger than it).
+    InPlace(Vec<(u64, Vec<u8>)>),
+    /// Into the journal as one request (after a flush that frees its space, if
+    /// `flush_first`), a flush, then home without waiting (the checkpoint).
+    Journal {
+        flush_first: bool,
+        /// Byte offset of the transaction in the journal.
+        at: u64,
+        seq: u64,
+        checkpointed: u64,
+        salt: u64,
+        home: Vec<(u64, Vec<u8>)>,
+    },
+}
+
+impl TxnIo {
+    /// `flushed`: the commit has just flushed (its ordered data).
+    pub fn run(&self, dev: &dyn BlockDevice, bs: u64, flushed: bool) -> FsResult<()> {
+        match self {
+            TxnIo::Flush => {
+                if !flushed {
+                    dev.flush()?;
+                }
             }
-            let bufs: Vec<&[u8]> = writes[i..k].iter().map(|w| &w.1[..]).collect();
-            self.dev.writev_at(writes[i].0 * bs, &bufs)?;
-            i = k;
+            TxnIo::InPlace(writes) => {
+                if !flushed {
+                    dev.flush()?;
+                }
+                write_home(dev, bs, writes)?;
+                dev.flush()?;
+            }
+            TxnIo::Journal {
+                flush_first,
+                at,
+                seq,
+                checkpointed,
+                salt,
+                home,
+            } => {
+                if *flush_first && !flushed {
+                    dev.flush()?;
+                }
+                let blocks = encode_txn(*seq, *checkpointed, home, bs as u32, *salt);
+                let bufs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
+                dev.writev_at(*at, &bufs)?;
+                dev.flush()?;
+                write_home(dev, bs, home)?;
+            }
         }
-        self.counters.meta_blocks_written += writes.len() as u64;
         Ok(())
     }
+}
+
+/// Writes sorted (block, image) pairs home, contiguous runs as one request each.
+fn write_home(dev: &dyn BlockDevice, bs: u64, writes: &[(u64, Vec<u8>)]) -> FsResult<()> {
+    let mut i = 0;
+    while i < writes.len() {
+        let mut k = i + 1;
+        while k < writes.len() && writes[k].0 == writes[k - 1].0 + 1 && k - i < 256 {
+            k += 1;
+        }
+        let bufs: Vec<&[u8]> = writes[i..k].iter().map(|w| &w.1[..]).collect();
+        dev.writev_at(writes[i].0 * bs, &bufs)?;
+        i = k;
+    }
+    Ok(())
 }
 
 /// What a replay will do: the final image of every block it writes.

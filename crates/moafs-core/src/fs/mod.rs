@@ -33,7 +33,7 @@ use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, 
 use alloc::{Allocator, Group};
 use node::{IndBlock, Inode};
 use rustc_hash::FxHashMap as HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 pub(crate) struct Inner {
@@ -81,10 +81,20 @@ pub(crate) struct Inner {
     /// Co-writing moved overwritten data since the last commit: order data before metadata
     /// in this commit whatever the journal mode.
     pub order_data_once: bool,
-    /// Held by write-behind's device writes (outside the engine lock) and by every commit;
-    /// holds a round whose writes are done until its (C) runs. Lock order: `Fs::inner`, then
-    /// `wb_io`, then `io_gate`.
-    pub wb_io: Arc<Mutex<Option<behind::WbDone>>>,
+    /// Inodes looked at or changed since the last commit started (`inode()` records them):
+    /// a commit visits these, never every inode in memory.
+    pub touched: rustc_hash::FxHashSet<u64>,
+    /// Indirect blocks made dirty since the last commit started (may repeat, may be freed).
+    pub ind_dirty: Vec<u64>,
+    /// File data a commit being planned writes home: (first block, buffers of a contiguous run).
+    pub out_data: Vec<(u64, Vec<Arc<[u8]>>)>,
+    /// Commits numbered from 1 on each mount: the newest started, the newest durable. A
+    /// commit's own phase (B) runs between the two (`commit_begin`/`commit_end`).
+    pub epoch_started: u64,
+    pub epoch_durable: u64,
+    /// A commit or write-behind round is writing with the engine lock released: nothing may
+    /// start another, evict cached blocks or drop caches until it ends.
+    pub committing: bool,
     /// Write-behind wrote data since the last commit: the commit flushes before metadata.
     pub wb_unflushed: bool,
     /// Dirty blocks at which the next write-behind starts.
@@ -98,6 +108,12 @@ pub(crate) struct Inner {
 /// A mounted moafs.
 pub struct Fs {
     inner: Mutex<Inner>,
+    /// Notified whenever a commit or a write-behind round ends (`Inner::committing` turns
+    /// false, `epoch_durable` may have advanced): fsyncs waiting for their commit wait here.
+    done: Condvar,
+    /// Held by the one thread that runs a commit or a write-behind round, across its phases.
+    /// Lock order: `commit_mx`, then `inner`, then `io_gate`.
+    commit_mx: Mutex<()>,
     wb: behind::WbSignal,
 }
 
@@ -156,6 +172,8 @@ impl Fs {
                 groups,
                 pending_blocks: Vec::new(),
                 pending_inodes: Vec::new(),
+                pending_sealed_blocks: Vec::new(),
+                pending_sealed_inodes: Vec::new(),
                 pending_prev_blocks: Vec::new(),
                 pending_prev_inodes: Vec::new(),
             },
@@ -182,7 +200,12 @@ impl Fs {
             failed: false,
             unmounted: false,
             io_gate: Arc::new(RwLock::new(())),
-            wb_io: Arc::new(Mutex::new(None)),
+            touched: Default::default(),
+            ind_dirty: Vec::new(),
+            out_data: Vec::new(),
+            epoch_started: 0,
+            epoch_durable: 0,
+            committing: false,
             wb_unflushed: false,
             wb_mark: 0,
             spare: Vec::new(),
@@ -212,12 +235,88 @@ impl Fs {
         }
         Ok(Fs {
             inner: Mutex::new(inner),
+            done: Condvar::new(),
+            commit_mx: Mutex::new(()),
             wb: behind::WbSignal::default(),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs a changing operation; when it needs a commit to release frees while another
+    /// commit is writing (`CommitBusy`), lets go of the engine lock, commits until the frees
+    /// are released and runs it again. An operation returns `CommitBusy` before it changes
+    /// anything, or after changes that running it again repeats harmlessly (the blocks of a
+    /// fallocate already dirty, the bytes of a write).
+    fn mutate<T>(&self, mut op: impl FnMut(&mut Inner) -> FsResult<T>) -> FsResult<T> {
+        for _ in 0..3 {
+            let r = op(&mut self.lock());
+            match r {
+                Err(FsError::CommitBusy) => self.commit_to_free()?,
+                r => return r,
+            }
+        }
+        Err(FsError::NoSpace)
+    }
+
+    /// Two commits of its own, after any in flight: every pending free is released.
+    fn commit_to_free(&self) -> FsResult<()> {
+        let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.lock().commit_to_free();
+        self.done.notify_all();
+        r
+    }
+
+    /// Returns once commit `epoch` is durable: at once if it is, after waiting if it is in
+    /// flight, or by running the next commit (taking every change made so far: fsyncs that
+    /// arrive meanwhile wait and share it — group commit).
+    fn wait_durable(&self, epoch: u64) -> FsResult<()> {
+        loop {
+            let mut g = self.lock();
+            loop {
+                if g.opts.read_only || g.epoch_durable >= epoch {
+                    return Ok(());
+                }
+                if g.failed {
+                    return Err(FsError::ReadOnly);
+                }
+                if !g.committing {
+                    break;
+                }
+                g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            drop(g);
+            let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
+            let g = self.lock();
+            if g.epoch_durable >= epoch || g.failed || g.opts.read_only {
+                continue;
+            }
+            self.run_commit(g, job)?;
+        }
+    }
+
+    /// One commit in three phases (`commit.rs`): (A) under the engine lock `g`, (B) with
+    /// it released, (C) under it again; `_job` is the held `commit_mx`.
+    fn run_commit(&self, mut g: MutexGuard<'_, Inner>, _job: MutexGuard<'_, ()>) -> FsResult<()> {
+        let io = match g.commit_begin() {
+            Ok(io) => io,
+            Err(e) => {
+                drop(g);
+                self.done.notify_all();
+                return Err(e);
+            }
+        };
+        let (dev, bs, epoch) = (g.dev.clone(), g.bs() as u64, io.epoch);
+        drop(g);
+        let r = io.run(dev.as_ref(), bs);
+        drop(io); // the buffers: the cache's references are the last ones again
+        let mut g = self.lock();
+        let r = g.commit_end(epoch, r);
+        drop(g);
+        self.done.notify_all();
+        r
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -260,7 +359,7 @@ impl Fs {
         self.lock().attr(ino)
     }
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
-        self.lock().setattr(ino, set)
+        self.mutate(|g| g.setattr(ino, set))
     }
     /// Creates any kind of inode but a directory or symlink (`mode` includes the type bits).
     pub fn mknod(
@@ -271,19 +370,16 @@ impl Fs {
         rdev: u32,
         who: Caller,
     ) -> FsResult<Attr> {
-        self.lock().make(parent, name, mode, rdev, who, None)
+        self.mutate(|g| g.make(parent, name, mode, rdev, who, None))
     }
     pub fn create(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
-        self.lock()
-            .make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None)
+        self.mutate(|g| g.make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None))
     }
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
-        self.lock()
-            .make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None)
+        self.mutate(|g| g.make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None))
     }
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], who: Caller) -> FsResult<Attr> {
-        self.lock()
-            .make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target))
+        self.mutate(|g| g.make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target)))
     }
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
         self.lock().readlink(ino)
@@ -302,7 +398,7 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.lock().rename(parent, name, newparent, newname, flags)
+        self.mutate(|g| g.rename(parent, name, newparent, newname, flags))
     }
     /// rename(2) with RENAME_WHITEOUT (overlayfs's upper layers): the rename, and in the same
     /// step a whiteout — a character device 0:0 owned by `who` — where the source was.
@@ -320,6 +416,11 @@ impl Fs {
         if g.alloc.free_inodes() == 0 && g.alloc.pending_inode_count() == 0 {
             return Err(FsError::NoSpace);
         }
+        if g.alloc.free_inodes() == 0 {
+            drop(g);
+            self.commit_to_free()?;
+            g = self.lock();
+        }
         let flags = RenameFlags {
             noreplace,
             exchange: false,
@@ -334,7 +435,7 @@ impl Fs {
         Ok(())
     }
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
-        self.lock().link(ino, newparent, newname)
+        self.mutate(|g| g.link(ino, newparent, newname))
     }
     /// Notes an open file handle (an unlinked inode lives until its last close).
     pub fn open(&self, ino: Ino) -> FsResult<Attr> {
@@ -388,24 +489,45 @@ impl Fs {
         Ok(plan.out)
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let mut g = self.lock();
-        let n = g.write(ino, offset, data)?;
-        let wake = g.wants_write_behind();
-        drop(g);
+        let (n, wake, over) = self.mutate(|g| {
+            let n = g.write(ino, offset, data)?;
+            Ok((n, g.wants_write_behind(), g.over_dirty_max()))
+        })?;
         if wake {
             self.wake_write_behind();
         }
+        if over {
+            self.throttle()?;
+        }
         Ok(n)
+    }
+    /// A writer that took dirty data above `dirty_bytes_max` waits for a commit (the next
+    /// one, or the one in flight if that brings dirty data below the threshold).
+    fn throttle(&self) -> FsResult<()> {
+        let epoch = {
+            let g = self.lock();
+            if !g.over_dirty_max() {
+                return Ok(());
+            }
+            g.epoch_started + 1
+        };
+        self.wait_durable(epoch)
     }
     /// `mode`: 0, `FALLOC_FL_KEEP_SIZE`, or `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> FsResult<()> {
-        self.lock().fallocate(ino, offset, len, mode)
+        self.mutate(|g| g.fallocate(ino, offset, len, mode))?;
+        self.throttle()
     }
-    /// Makes the file (and everything before it) durable: returns after the device flush.
+    /// Makes the file and everything changed before durable (commits take the whole file
+    /// system): returns after the device flush of the commit that took the changes.
+    /// Concurrent fsyncs share one commit; nothing unsaved and no commit in flight: at once.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
-        let mut g = self.lock();
-        g.inode(ino)?;
-        g.commit_if_unsaved()
+        let epoch = {
+            let mut g = self.lock();
+            g.inode(ino)?;
+            g.sync_epoch()
+        };
+        self.wait_durable(epoch)
     }
     /// The disk address of each block of a file up to its size (0: a hole or not yet
     /// written back), for tests and `inspect`.
@@ -417,30 +539,47 @@ impl Fs {
     }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
-        self.lock().commit_if_unsaved()
+        let epoch = self.lock().sync_epoch();
+        self.wait_durable(epoch)
     }
     /// Writes everything back and drops the block cache and the in-memory state of idle
     /// inodes (benchmark scenario A: the next reads come from the device). Returns the
     /// blocks dropped.
     pub fn drop_caches(&self) -> FsResult<u64> {
+        // No commit in flight while the cache is dropped (its clean blocks may not be home).
+        let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
         let mut g = self.lock();
-        g.commit_if_unsaved()?;
+        if g.has_unsaved() {
+            g.commit()?;
+        }
         let n = g.drop_clean();
         g.forget_all_idle_inodes();
         Ok(n)
     }
     /// Periodic work: write back when the flush interval has passed. Returns whether it did.
     pub fn tick(&self) -> FsResult<bool> {
-        let mut g = self.lock();
-        if g.unmounted || g.last_commit.elapsed().as_millis() < g.opts.flush_interval_ms as u128 {
+        let due = |g: &Inner| {
+            !g.unmounted
+                && !g.opts.read_only
+                && g.last_commit.elapsed().as_millis() >= g.opts.flush_interval_ms as u128
+        };
+        {
+            let mut g = self.lock();
+            if !due(&g) || g.committing {
+                return Ok(false);
+            }
+            if !g.has_dirty() {
+                g.last_commit = Instant::now();
+                return Ok(false);
+            }
+        }
+        let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.lock();
+        if !due(&g) || !g.has_dirty() {
             return Ok(false);
         }
-        if g.has_dirty() {
-            g.commit()?;
-            return Ok(true);
-        }
-        g.last_commit = Instant::now();
-        Ok(false)
+        self.run_commit(g, job)?;
+        Ok(true)
     }
     /// Clears set-user-ID of a regular file, and set-group-ID if it is group-executable or
     /// the caller (`who`: its groups when unprivileged, `None` when privileged) is not in
@@ -482,7 +621,7 @@ impl Fs {
         self.lock().readdir(ino, offset, max_entries, end)
     }
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
-        self.lock().setxattr(ino, name, value, flags)
+        self.mutate(|g| g.setxattr(ino, name, value, flags))
     }
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
         self.lock().getxattr(ino, name)
@@ -500,7 +639,10 @@ impl Fs {
     /// Writes everything back, frees unlinked inodes, marks the image clean and flushes.
     /// Later calls do nothing.
     pub fn unmount(&self) -> FsResult<()> {
-        self.lock().unmount()
+        let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.lock().unmount();
+        self.done.notify_all();
+        r
     }
 }
 

@@ -55,6 +55,13 @@ impl Inode {
             xattr_dirty: false,
         }
     }
+    /// Changes no commit has taken yet.
+    pub fn unsaved(&self) -> bool {
+        self.dirty
+            || self.xattr_dirty
+            || self.dirty_blocks > 0
+            || self.dir.as_ref().is_some_and(|d| d.any_dirty)
+    }
     pub fn is_dir(&self) -> bool {
         self.d.mode & libc::S_IFMT == libc::S_IFDIR
     }
@@ -116,6 +123,8 @@ impl Inner {
             }
             self.inodes.insert(ino, Inode::new(d));
         }
+        // Every change of an inode comes through here: the next commit looks at these only.
+        self.touched.insert(ino);
         self.inodes.get_mut(&ino).ok_or(FsError::Stale { ino })
     }
 
@@ -213,6 +222,7 @@ impl Inner {
                         let ib = self.load_ind(blk)?;
                         ib.ptrs[*o] = phys as u32;
                         ib.dirty = true;
+                        self.ind_dirty.push(blk);
                     } else {
                         let mut next = self.load_ind(blk)?.ptrs[*o] as u64;
                         if next == 0 {
@@ -220,6 +230,7 @@ impl Inner {
                             let ib = self.load_ind(blk)?;
                             ib.ptrs[*o] = next as u32;
                             ib.dirty = true;
+                            self.ind_dirty.push(blk);
                         }
                         blk = next;
                     }
@@ -239,6 +250,7 @@ impl Inner {
                 dirty: true,
             },
         );
+        self.ind_dirty.push(b);
         self.inode(ino)?.d.blocks += 1;
         Ok(b)
     }
@@ -320,6 +332,7 @@ impl Inner {
         if ib.ptrs != new {
             ib.ptrs = new;
             ib.dirty = true;
+            self.ind_dirty.push(blk);
         }
         Ok(false)
     }
