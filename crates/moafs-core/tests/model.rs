@@ -320,6 +320,9 @@ fn run(ops: Vec<Op>) {
                 real.fs().write_behind().unwrap();
             }
         }
+        if let Err(e) = real.fs().check_invariants() {
+            panic!("{ctx}: invariant broken: {e}");
+        }
     }
     // the whole tree agrees at the end
     for (path, node) in &m.names {

@@ -410,6 +410,45 @@ impl Allocator {
         self.pending_inodes.push(ino);
     }
 
+    /// Every group's free counts match its bitmaps, and no block or inode waits in two
+    /// pending lists or is pending yet free.
+    pub fn check_counts(&self) -> Result<(), String> {
+        let geo = self.geo;
+        for (g, grp) in self.groups.iter().enumerate() {
+            let len = geo.group_len(g as u32) as u64;
+            let used = (0..len).filter(|&i| bit(&grp.bitmap, i)).count() as u64;
+            if grp.hdr.free_blocks as u64 != len - used {
+                return Err(format!(
+                    "group {g}: {} free blocks counted, {} by the bitmap",
+                    grp.hdr.free_blocks,
+                    len - used
+                ));
+            }
+            let ipg = geo.inodes_per_group as u64;
+            let iused = (0..ipg).filter(|&i| bit(&grp.ibitmap, i)).count() as u64;
+            if grp.hdr.free_inodes as u64 != ipg - iused {
+                return Err(format!(
+                    "group {g}: {} free inodes counted, {} by the bitmap",
+                    grp.hdr.free_inodes,
+                    ipg - iused
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for &(first, count) in self.all_pending_blocks() {
+            for b in first..first + count {
+                if !seen.insert(b) {
+                    return Err(format!("block {b} pending twice"));
+                }
+                let g = geo.group_of_block(b);
+                if !bit(&self.groups[g as usize].bitmap, b - geo.group_start(g)) {
+                    return Err(format!("block {b} pending but already free"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A commit starts: the frees its transaction shows are set apart from those made while
     /// it writes (which the next transaction shows).
     pub fn seal_pending(&mut self) {

@@ -567,3 +567,67 @@ impl Inner {
         });
     }
 }
+
+impl Inner {
+    /// The engine's bookkeeping agrees with the state it summarises (see
+    /// [`super::Fs::check_invariants`]): the first disagreement found, described.
+    pub(crate) fn check_invariants(&self) -> Result<(), String> {
+        let (mut cached, mut dirty, mut reserved, mut meta) = (0u64, 0u64, 0u64, 0u64);
+        for (ino, n) in &self.inodes {
+            let node_dirty = n.cache.values().filter(|c| c.dirty).count() as u64;
+            if node_dirty != n.dirty_blocks {
+                return Err(format!(
+                    "inode {ino}: dirty_blocks {} but {node_dirty} dirty cached blocks",
+                    n.dirty_blocks
+                ));
+            }
+            if n.cache.values().any(|c| c.reserved && !c.dirty) {
+                return Err(format!("inode {ino}: a clean block holds a reservation"));
+            }
+            cached += n.cache.len() as u64;
+            dirty += node_dirty;
+            reserved += n.cache.values().filter(|c| c.reserved).count() as u64;
+            meta += n.meta_reserved as u64;
+            if let Some(d) = &n.dir {
+                if d.blocks.iter().any(|b| b.dirty) && !d.any_dirty {
+                    return Err(format!("directory {ino}: a dirty block but not any_dirty"));
+                }
+            }
+            if n.unsaved() && !self.touched.contains(ino) {
+                return Err(format!(
+                    "inode {ino}: unsaved changes the next commit would miss"
+                ));
+            }
+        }
+        if (cached, dirty, reserved) != (self.cached_blocks, self.dirty_blocks, self.reserved) {
+            return Err(format!(
+                "cache (cached, dirty, reserved) counted ({cached}, {dirty}, {reserved}), \
+                 kept ({}, {}, {})",
+                self.cached_blocks, self.dirty_blocks, self.reserved
+            ));
+        }
+        if meta > self.meta_reserved {
+            return Err(format!(
+                "{meta} inodes hold an indirect-block promise but meta_reserved is {}",
+                self.meta_reserved
+            ));
+        }
+        for (blk, b) in &self.ind {
+            if b.dirty && !self.ind_dirty.contains(blk) {
+                return Err(format!("indirect block {blk} dirty but not listed"));
+            }
+        }
+        if !self.committing && (!self.out_data.is_empty() || !self.txn.is_empty()) {
+            return Err("commit buffers left over".into());
+        }
+        if self.epoch_durable > self.epoch_started
+            || (!self.committing && self.epoch_durable != self.epoch_started && !self.failed)
+        {
+            return Err(format!(
+                "epochs: started {}, durable {}, committing {}",
+                self.epoch_started, self.epoch_durable, self.committing
+            ));
+        }
+        self.alloc.check_counts()
+    }
+}

@@ -334,6 +334,12 @@ impl Fs {
     pub fn options(&self) -> MountOptions {
         self.lock().opts.clone()
     }
+    /// Checks the engine's bookkeeping against the state it summarises (cache, dirty and
+    /// reservation counts, the sets the next commit visits, epochs, group free counts):
+    /// the first disagreement, described. For tests; costs a walk of everything in memory.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.lock().check_invariants()
+    }
 
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
         let mut g = self.lock();
