@@ -88,7 +88,7 @@ fn writers(fs: &Arc<Fs>, records: usize) -> Arc<Acks> {
             std::thread::spawn(move || {
                 let step = |i: usize| -> moafs_core::FsResult<()> {
                     fs.write(ino, (i * RECORD) as u64, &record(t, i))?;
-                    if i % 4 == 0 {
+                    if i.is_multiple_of(4) {
                         let (tmp, cur) = (format!("f{t}.tmp"), format!("f{t}.cur"));
                         let n = fs.create(ROOT_INO, tmp.as_bytes(), 0o644, ME)?.ino;
                         fs.write(n, 0, &record(t, i))?;
@@ -104,7 +104,7 @@ fn writers(fs: &Arc<Fs>, records: usize) -> Arc<Acks> {
                     fs.fsync(ino, false)?;
                     acks.fsyncs.fetch_add(1, Ordering::SeqCst);
                     acks.record[t].store(i as i64, Ordering::SeqCst);
-                    if i % 4 == 0 {
+                    if i.is_multiple_of(4) {
                         acks.renamed[t].store(i as i64, Ordering::SeqCst);
                     }
                     Ok(())
