@@ -44,13 +44,13 @@ const MAX_RUN: usize = 256;
 impl Inner {
     /// Whether dirty data has reached the next write-behind mark.
     pub(crate) fn wants_write_behind(&self) -> bool {
-        self.opts.write_behind_bytes > 0 && self.dirty_blocks >= self.wb_mark
+        self.opts.write_behind_bytes > 0 && self.book.dirty() >= self.wb_mark
     }
 
     /// The next write-behind starts once this much more data is dirty.
     pub(crate) fn rearm_write_behind(&mut self) {
         let step = (self.opts.write_behind_bytes / self.bs() as u64).max(1);
-        self.wb_mark = self.dirty_blocks + step;
+        self.wb_mark = self.book.dirty() + step;
     }
 
     /// (A): places the eligible blocks and snapshots them, as runs.
@@ -81,7 +81,7 @@ impl Inner {
                 continue;
             };
             let size = node.d.size;
-            if node.dirty_blocks == 0
+            if node.cache.dirty_count() == 0
                 || node.kind_mode() != libc::S_IFREG
                 || size <= N_DIRECT as u64 * bs
             {
@@ -92,9 +92,8 @@ impl Inner {
             // dirtied without an address keeps one until it is placed).
             let fresh: Vec<u64> = node
                 .cache
-                .range(..size / bs)
-                .filter(|(_, c)| c.dirty && c.reserved)
-                .map(|(i, _)| *i)
+                .dirty_below(size / bs)
+                .filter(|i| node.cache.get(i).is_some_and(|c| c.reserved))
                 .collect();
             if fresh.is_empty() {
                 continue;
@@ -112,7 +111,12 @@ impl Inner {
                 if overwrite {
                     continue; // had an address after all: the commit's (journaled) business
                 }
-                let data = node.cache[&idx].data.clone();
+                let data = node
+                    .cache
+                    .get(&idx)
+                    .expect("placed blocks are cached")
+                    .data
+                    .clone();
                 match runs.last_mut() {
                     Some(WbRun { phys: p, blocks })
                         if *p + blocks.len() as u64 == phys && blocks.len() < MAX_RUN =>
@@ -149,11 +153,9 @@ impl Inner {
                 if !unchanged || self.bmap(ino, idx)? != run.phys + k as u64 {
                     continue;
                 }
-                let node = self.inode(ino)?;
-                if let Some(c) = node.cache.remove(&idx) {
-                    node.dirty_blocks -= 1;
-                    self.dirty_blocks -= 1;
-                    self.cached_blocks -= 1;
+                let node = self.inodes.get_mut(&ino).expect("bmap loaded it");
+                if let Some(c) = node.cache.remove(&mut self.book, idx) {
+                    self.reserved -= c.reserved as u64; // none: placed blocks used theirs
                     super::data::recycle(&mut self.spare, self.spare_max, c.data);
                     done += 1;
                 }

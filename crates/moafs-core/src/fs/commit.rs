@@ -59,7 +59,7 @@ impl Inner {
     /// Changes not yet in a commit (pending frees aside). Looks at the inodes touched since
     /// the last commit started, not at every inode.
     pub(crate) fn has_unsaved(&self) -> bool {
-        self.dirty_blocks > 0
+        self.book.dirty() > 0
             || !self.dead.is_empty()
             || !self.ind_dirty.is_empty()
             || self.alloc.groups.iter().any(|g| g.dirty)
@@ -166,7 +166,11 @@ impl Inner {
         // go out sorted by address (one sweep of an elevator over the commit).
         let mut placed_files = Vec::new();
         for ino in std::mem::take(&mut self.dirty_order) {
-            if self.inodes.get(&ino).is_some_and(|n| n.dirty_blocks > 0) {
+            if self
+                .inodes
+                .get(&ino)
+                .is_some_and(|n| n.cache.dirty_count() > 0)
+            {
                 let placed = self.place_file(ino)?;
                 if self.opts.wb_sorted {
                     placed_files.push((ino, placed));
@@ -188,7 +192,7 @@ impl Inner {
                 continue;
             };
             let (data, dir, xattrs) = (
-                n.dirty_blocks > 0,
+                n.cache.dirty_count() > 0,
                 n.dir.as_ref().is_some_and(|d| d.any_dirty),
                 n.xattr_dirty,
             );
@@ -255,12 +259,7 @@ impl Inner {
     /// Gives every dirty block of `ino` an address (allocating for those without one):
     /// (physical, logical, had an address before) sorted by physical address.
     fn place_file(&mut self, ino: u64) -> FsResult<Vec<(u64, u64, bool)>> {
-        let dirty: Vec<u64> = self.inodes[&ino]
-            .cache
-            .iter()
-            .filter(|(_, c)| c.dirty)
-            .map(|(i, _)| *i)
-            .collect();
+        let dirty = self.inodes[&ino].cache.dirty_blocks();
         self.place_blocks(ino, dirty)
     }
 
@@ -303,11 +302,8 @@ impl Inner {
                     placed.push((first + j, i, false));
                     let node = self.inode(ino)?;
                     node.d.blocks += 1;
-                    if let Some(cb) = node.cache.get_mut(&i) {
-                        if cb.reserved {
-                            cb.reserved = false;
-                            self.reserved -= 1;
-                        }
+                    if node.cache.unreserve(i) {
+                        self.reserved -= 1;
                     }
                 }
                 done += n;
@@ -323,15 +319,13 @@ impl Inner {
     /// clean.
     fn write_placed(&mut self, ino: u64, placed: &[(u64, u64, bool)]) -> FsResult<()> {
         self.write_runs(ino, placed)?;
-        let node = self.inode(ino)?;
+        self.inode(ino)?;
+        let node = self.inodes.get_mut(&ino).expect("loaded above");
         for (_, idx, _) in placed {
-            if let Some(cb) = node.cache.get_mut(idx) {
-                cb.dirty = false;
+            if node.cache.mark_clean(&mut self.book, ino, *idx) {
+                self.reserved -= 1; // placed blocks used theirs already
             }
         }
-        let n = node.dirty_blocks;
-        node.dirty_blocks = 0;
-        self.dirty_blocks -= n;
         Ok(())
     }
 
@@ -561,7 +555,6 @@ impl Inner {
                 || n.dirty
                 || n.lookups > 0
                 || n.opens > 0
-                || n.dirty_blocks > 0
                 || n.xattr_dirty
                 || !n.cache.is_empty()
         });
@@ -574,19 +567,10 @@ impl Inner {
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         let (mut cached, mut dirty, mut reserved, mut meta) = (0u64, 0u64, 0u64, 0u64);
         for (ino, n) in &self.inodes {
-            let node_dirty = n.cache.values().filter(|c| c.dirty).count() as u64;
-            if node_dirty != n.dirty_blocks {
-                return Err(format!(
-                    "inode {ino}: dirty_blocks {} but {node_dirty} dirty cached blocks",
-                    n.dirty_blocks
-                ));
-            }
-            if n.cache.values().any(|c| c.reserved && !c.dirty) {
-                return Err(format!("inode {ino}: a clean block holds a reservation"));
-            }
-            cached += n.cache.len() as u64;
-            dirty += node_dirty;
-            reserved += n.cache.values().filter(|c| c.reserved).count() as u64;
+            let (c, d, r) = n.cache.recount(&self.book, *ino)?;
+            cached += c;
+            dirty += d;
+            reserved += r;
             meta += n.meta_reserved as u64;
             if let Some(d) = &n.dir {
                 if d.blocks.iter().any(|b| b.dirty) && !d.any_dirty {
@@ -599,11 +583,18 @@ impl Inner {
                 ));
             }
         }
-        if (cached, dirty, reserved) != (self.cached_blocks, self.dirty_blocks, self.reserved) {
+        let kept = (self.book.cached(), self.book.dirty(), self.reserved);
+        if (cached, dirty, reserved) != kept {
             return Err(format!(
                 "cache (cached, dirty, reserved) counted ({cached}, {dirty}, {reserved}), \
-                 kept ({}, {}, {})",
-                self.cached_blocks, self.dirty_blocks, self.reserved
+                 kept {kept:?}"
+            ));
+        }
+        if self.book.clean_listed() != cached - dirty {
+            return Err(format!(
+                "{} clean blocks in the age order, {} clean blocks cached",
+                self.book.clean_listed(),
+                cached - dirty
             ));
         }
         if meta > self.meta_reserved {

@@ -84,14 +84,15 @@ impl Inner {
             let Some(node) = self.inodes.get(&ino) else {
                 continue; // forgotten since: nothing dirty
             };
-            if node.dirty_blocks == 0 || node.kind_mode() != libc::S_IFREG {
+            let dirty = node.cache.dirty_count();
+            if dirty == 0 || node.kind_mode() != libc::S_IFREG {
                 continue;
             }
             let nb = node.d.size.div_ceil(bs);
-            if nb == 0 || nb > (N_DIRECT as u64).min(n_max) || node.dirty_blocks != nb {
+            if nb == 0 || nb > (N_DIRECT as u64).min(n_max) || dirty != nb {
                 continue;
             }
-            if node.cache.range(0..nb).filter(|(_, c)| c.dirty).count() as u64 != nb {
+            if node.cache.dirty_below(nb).count() as u64 != nb {
                 continue;
             }
             buckets[nb as usize].push(ino);
@@ -214,25 +215,17 @@ impl Inner {
                 relocated += 1;
             }
             let mut unreserved = 0;
-            let node = self.inode(ino)?;
+            self.inode(ino)?;
+            let node = self.inodes.get_mut(&ino).expect("loaded above");
             for (idx, o) in old.iter().enumerate() {
                 node.d.direct[idx] = phys as u32;
                 if *o == 0 {
                     node.d.blocks += 1;
                 }
-                if let Some(cb) = node.cache.get_mut(&(idx as u64)) {
-                    cb.dirty = false;
-                    if cb.reserved {
-                        cb.reserved = false;
-                        unreserved += 1;
-                    }
-                }
+                unreserved += node.cache.mark_clean(&mut self.book, ino, idx as u64) as u64;
                 phys += 1;
             }
             node.dirty = true;
-            let n = node.dirty_blocks;
-            node.dirty_blocks = 0;
-            self.dirty_blocks -= n;
             self.reserved -= unreserved;
         }
         if relocated > 0 {

@@ -5,7 +5,7 @@
 //! reported by `write` and never discovered at write-back. Reads of uncached blocks go to the
 //! device in physically contiguous runs, one request per run.
 
-use super::node::{max_file_blocks, CBlock};
+use super::node::max_file_blocks;
 use super::{Inner, Timespec};
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
@@ -132,37 +132,16 @@ impl Inner {
     }
 
     /// Puts `data` as the new dirty contents of block `idx`.
+    /// `reserved`: the caller took a reservation for it (`needs_reservation`).
     fn put_dirty(&mut self, ino: u64, idx: u64, data: Arc<[u8]>, reserved: bool) -> FsResult<()> {
-        self.clock += 1;
-        let clock = self.clock;
-        let node = self.inode(ino)?;
-        let (was_cached, was_dirty) = match node.cache.get(&idx) {
-            Some(cb) => (true, cb.dirty),
-            None => (false, false),
-        };
-        let keep_reserved = node.cache.get(&idx).is_some_and(|cb| cb.reserved);
-        let old = node.cache.insert(
-            idx,
-            CBlock {
-                data,
-                dirty: true,
-                reserved: reserved || keep_reserved,
-                last_use: clock,
-            },
-        );
-        if !was_dirty {
-            node.dirty_blocks += 1;
-            let first_dirty = node.dirty_blocks == 1;
-            self.dirty_blocks += 1;
-            if first_dirty {
-                self.dirty_order.push(ino);
-            }
+        self.inode(ino)?;
+        let node = self.inodes.get_mut(&ino).expect("loaded above");
+        let put = node.cache.put_dirty(&mut self.book, idx, data, reserved);
+        if put.first_dirty {
+            self.dirty_order.push(ino);
         }
-        if !was_cached {
-            self.cached_blocks += 1;
-        }
-        if let Some(old) = old {
-            recycle(&mut self.spare, self.spare_max, old.data);
+        if let Some(old) = put.old {
+            recycle(&mut self.spare, self.spare_max, old);
         }
         Ok(())
     }
@@ -242,7 +221,7 @@ impl Inner {
     /// wait for a commit, `over_dirty_max`).
     pub(crate) fn after_dirtying(&mut self) -> FsResult<()> {
         let bs = self.bs() as u64;
-        if self.cached_blocks * bs > self.opts.cache_bytes {
+        if self.book.cached() * bs > self.opts.cache_bytes {
             self.evict();
         }
         Ok(())
@@ -260,34 +239,24 @@ impl Inner {
 
     /// More dirty data than `dirty_bytes_max`: the writer waits for a commit.
     pub(crate) fn over_dirty_max(&self) -> bool {
-        self.dirty_blocks * self.bs() as u64 > self.opts.dirty_bytes_max
+        self.book.dirty() * self.bs() as u64 > self.opts.dirty_bytes_max
     }
 
     /// Drops the least recently used clean blocks until the cache is at 3/4 of its bound.
     pub(crate) fn evict(&mut self) {
         let bs = self.bs() as u64;
         let target = self.opts.cache_bytes / bs * 3 / 4;
-        if self.cached_blocks <= target || self.committing {
+        if self.book.cached() <= target || self.committing {
             // while a commit writes, clean blocks may hold bytes not yet on the device
             return;
         }
-        let mut clean: Vec<(u64, u64, u64)> = Vec::new();
-        for (ino, node) in &self.inodes {
-            for (idx, cb) in &node.cache {
-                if !cb.dirty {
-                    clean.push((cb.last_use, *ino, *idx));
-                }
-            }
-        }
-        clean.sort_unstable();
-        let excess = (self.cached_blocks - target) as usize;
-        for (_, ino, idx) in clean.into_iter().take(excess) {
+        let excess = (self.book.cached() - target) as usize;
+        for (ino, idx) in self.book.oldest_clean(excess) {
             if let Some(node) = self.inodes.get_mut(&ino) {
-                if let Some(cb) = node.cache.remove(&idx) {
+                if let Some(cb) = node.cache.remove(&mut self.book, idx) {
                     recycle(&mut self.spare, self.spare_max, cb.data);
+                    self.counters.evictions += 1;
                 }
-                self.cached_blocks -= 1;
-                self.counters.evictions += 1;
             }
         }
     }
@@ -297,13 +266,8 @@ impl Inner {
     pub(crate) fn drop_clean(&mut self) -> u64 {
         let mut dropped = 0;
         for node in self.inodes.values_mut() {
-            node.cache.retain(|_, cb| {
-                let keep = cb.dirty;
-                dropped += u64::from(!keep);
-                keep
-            });
+            dropped += node.cache.drop_clean(&mut self.book);
         }
-        self.cached_blocks -= dropped;
         dropped
     }
 
@@ -373,19 +337,10 @@ impl Inner {
     }
 
     /// Drops cached blocks at index >= `from`, returning their reservations.
-    fn drop_cached_from(&mut self, ino: u64, from: u64) -> FsResult<()> {
-        let node = self.inode(ino)?;
-        let gone = node.cache.split_off(&from);
-        let mut dirty = 0;
-        let mut reserved = 0;
-        for cb in gone.values() {
-            dirty += cb.dirty as u64;
-            reserved += cb.reserved as u64;
-        }
-        node.dirty_blocks -= dirty;
-        self.dirty_blocks -= dirty;
-        self.cached_blocks -= gone.len() as u64;
-        self.reserved -= reserved;
+    pub(crate) fn drop_cached_from(&mut self, ino: u64, from: u64) -> FsResult<()> {
+        self.inode(ino)?;
+        let node = self.inodes.get_mut(&ino).expect("loaded above");
+        self.reserved -= node.cache.drop_from(&mut self.book, from);
         Ok(())
     }
 

@@ -16,6 +16,7 @@ pub mod acl;
 mod alloc;
 pub(crate) use alloc::free_extents;
 mod behind;
+mod cache;
 mod commit;
 mod cowrite;
 mod data;
@@ -47,9 +48,8 @@ pub(crate) struct Inner {
     pub dead: HashMap<u64, crate::format::DiskInode>,
     /// Data blocks promised to dirty blocks that have no disk address yet.
     pub reserved: u64,
-    pub cached_blocks: u64,
-    pub dirty_blocks: u64,
-    pub clock: u64,
+    /// Cached and dirty block counts, clean blocks by age (`cache.rs`).
+    pub book: cache::CacheBook,
     pub opts: MountOptions,
     pub counters: EngineCounters,
     pub last_commit: Instant,
@@ -191,9 +191,7 @@ impl Fs {
             ind: HashMap::default(),
             dead: HashMap::default(),
             reserved: 0,
-            cached_blocks: 0,
-            dirty_blocks: 0,
-            clock: 0,
+            book: Default::default(),
             opts,
             counters: EngineCounters::default(),
             last_commit: Instant::now(),

@@ -1,30 +1,19 @@
 //! In-memory inodes and the block map (12 direct pointers, then single, double and triple
 //! indirect blocks of `block_size / 4 - 1` pointers each).
 
+use super::cache::BlockCache;
 use super::dir::Dir;
 use super::Inner;
 use crate::error::{FsError, FsResult};
 use crate::format::{decode_indirect, ptrs_per_block, DiskInode, N_DIRECT};
 use std::collections::BTreeMap;
 
-/// A cached file block.
-pub(crate) struct CBlock {
-    /// Never changed in place: a new version is a new buffer, so write-behind can write a
-    /// snapshot outside the engine lock (`Fs::write_behind`).
-    pub data: std::sync::Arc<[u8]>,
-    pub dirty: bool,
-    /// A block was reserved for it (it had no disk address when it became dirty).
-    pub reserved: bool,
-    pub last_use: u64,
-}
-
 pub(crate) struct Inode {
     pub d: DiskInode,
     pub dirty: bool,
     pub lookups: u64,
     pub opens: u32,
-    pub cache: BTreeMap<u64, CBlock>,
-    pub dirty_blocks: u64,
+    pub cache: BlockCache,
     pub dir: Option<Dir>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Continuation blocks of the xattr set on disk (known once `xattrs` is loaded).
@@ -45,8 +34,7 @@ impl Inode {
             dirty: false,
             lookups: 0,
             opens: 0,
-            cache: BTreeMap::new(),
-            dirty_blocks: 0,
+            cache: BlockCache::default(),
             dir: None,
             meta_reserved: false,
             parent_hint: 0,
@@ -59,7 +47,7 @@ impl Inode {
     pub fn unsaved(&self) -> bool {
         self.dirty
             || self.xattr_dirty
-            || self.dirty_blocks > 0
+            || self.cache.dirty_count() > 0
             || self.dir.as_ref().is_some_and(|d| d.any_dirty)
     }
     pub fn is_dir(&self) -> bool {

@@ -60,7 +60,7 @@ impl Inner {
         let kind = FileKind::from_mode(d.mode)
             .ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
         // Blocks not yet allocated (delayed allocation) still count, as on ext4.
-        let pending = node.cache.values().filter(|c| c.reserved).count() as u64;
+        let pending = node.cache.reserved_count();
         Ok(Attr {
             ino,
             size: d.size,
@@ -371,16 +371,8 @@ impl Inner {
     }
 
     fn truncate_all(&mut self, ino: u64) -> FsResult<()> {
-        let node = self.inode(ino)?;
-        let (cached, dirty, reserved) = node.cache.values().fold((0, 0, 0), |a, c| {
-            (a.0 + 1, a.1 + c.dirty as u64, a.2 + c.reserved as u64)
-        });
-        node.cache.clear();
-        node.dirty_blocks = 0;
-        node.dir = None;
-        self.cached_blocks -= cached;
-        self.dirty_blocks -= dirty;
-        self.reserved -= reserved;
+        self.drop_cached_from(ino, 0)?;
+        self.inode(ino)?.dir = None;
         self.free_from(ino, 0)
     }
 

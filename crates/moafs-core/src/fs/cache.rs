@@ -1,0 +1,249 @@
+//! The block cache: each inode's cached blocks (`BlockCache`) and the books of all of them
+//! (`CacheBook`). Every change of a cached block goes through a `BlockCache` method that
+//! takes the book, so the counts (cached, dirty, reserved), the inode's set of dirty blocks
+//! and the age order of clean blocks can never disagree with the blocks themselves — nothing
+//! is counted by hand (`Inner::check_invariants` recounts them in tests). A commit finds a
+//! file's dirty blocks in its dirty set, not by walking its cache; eviction takes the oldest
+//! clean blocks from the age order, not by sorting every clean block.
+
+use std::collections::{btree_map, BTreeMap, BTreeSet};
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+/// A cached file block.
+pub(crate) struct CBlock {
+    /// Never changed in place: a new version is a new buffer, so a commit or write-behind can
+    /// write a snapshot outside the engine lock.
+    pub data: Arc<[u8]>,
+    pub dirty: bool,
+    /// A block was reserved for it (it had no disk address when it became dirty). Only
+    /// dirty blocks hold one.
+    pub reserved: bool,
+    /// When it was last written (`CacheBook` stamps are unique): its place in the age order
+    /// while clean.
+    pub last_use: u64,
+}
+
+/// Counts over every inode's cache, and the clean blocks oldest first.
+#[derive(Default)]
+pub(crate) struct CacheBook {
+    cached: u64,
+    dirty: u64,
+    /// Clean blocks by `last_use`: (inode, logical block).
+    clean: BTreeMap<u64, (u64, u64)>,
+    clock: u64,
+}
+
+impl CacheBook {
+    pub fn cached(&self) -> u64 {
+        self.cached
+    }
+    pub fn dirty(&self) -> u64 {
+        self.dirty
+    }
+    /// The `n` least recently written clean blocks: (inode, logical block).
+    pub fn oldest_clean(&self, n: usize) -> Vec<(u64, u64)> {
+        self.clean.values().take(n).copied().collect()
+    }
+    /// Every clean block is listed in the age order and nothing else is.
+    pub fn clean_listed(&self) -> u64 {
+        self.clean.len() as u64
+    }
+    fn stamp(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+}
+
+/// One inode's cached blocks.
+#[derive(Default)]
+pub(crate) struct BlockCache {
+    map: BTreeMap<u64, CBlock>,
+    /// Logical blocks that are dirty, ascending.
+    dirty: BTreeSet<u64>,
+    /// Blocks holding a reservation.
+    reserved: u64,
+}
+
+/// What `BlockCache::put_dirty` replaced.
+pub(crate) struct Put {
+    /// The previous buffer (for recycling).
+    pub old: Option<Arc<[u8]>>,
+    /// The inode had no dirty block before.
+    pub first_dirty: bool,
+}
+
+impl BlockCache {
+    pub fn get(&self, idx: &u64) -> Option<&CBlock> {
+        self.map.get(idx)
+    }
+    pub fn contains_key(&self, idx: &u64) -> bool {
+        self.map.contains_key(idx)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    pub fn range<R: RangeBounds<u64>>(&self, r: R) -> btree_map::Range<'_, u64, CBlock> {
+        self.map.range(r)
+    }
+    pub fn dirty_count(&self) -> u64 {
+        self.dirty.len() as u64
+    }
+    /// Dirty logical blocks, ascending.
+    pub fn dirty_blocks(&self) -> Vec<u64> {
+        self.dirty.iter().copied().collect()
+    }
+    /// Dirty logical blocks below `end`, ascending.
+    pub fn dirty_below(&self, end: u64) -> impl Iterator<Item = u64> + '_ {
+        self.dirty.range(..end).copied()
+    }
+    pub fn reserved_count(&self) -> u64 {
+        self.reserved
+    }
+
+    /// New dirty contents of block `idx`; `reserve`: a reservation was taken for it (kept
+    /// if it already held one).
+    pub fn put_dirty(
+        &mut self,
+        book: &mut CacheBook,
+        idx: u64,
+        data: Arc<[u8]>,
+        reserve: bool,
+    ) -> Put {
+        let last_use = book.stamp();
+        let (was_dirty, had_reservation) = match self.map.get(&idx) {
+            Some(cb) => {
+                if !cb.dirty {
+                    book.clean.remove(&cb.last_use);
+                }
+                (cb.dirty, cb.reserved)
+            }
+            None => {
+                book.cached += 1;
+                (false, false)
+            }
+        };
+        let reserved = reserve || had_reservation;
+        let old = self.map.insert(
+            idx,
+            CBlock {
+                data,
+                dirty: true,
+                reserved,
+                last_use,
+            },
+        );
+        if !was_dirty {
+            self.dirty.insert(idx);
+            book.dirty += 1;
+        }
+        self.reserved += (reserved && !had_reservation) as u64;
+        Put {
+            old: old.map(|c| c.data),
+            first_dirty: !was_dirty && self.dirty.len() == 1,
+        }
+    }
+
+    /// Block `idx` got a disk address: its reservation is used up. Returns whether it held
+    /// one.
+    pub fn unreserve(&mut self, idx: u64) -> bool {
+        match self.map.get_mut(&idx) {
+            Some(cb) if cb.reserved => {
+                cb.reserved = false;
+                self.reserved -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Block `idx` is written (or taken by a commit): clean, in the age order. Returns
+    /// whether it held a reservation (released here).
+    pub fn mark_clean(&mut self, book: &mut CacheBook, ino: u64, idx: u64) -> bool {
+        let unreserved = self.unreserve(idx);
+        if let Some(cb) = self.map.get_mut(&idx) {
+            if cb.dirty {
+                cb.dirty = false;
+                self.dirty.remove(&idx);
+                book.dirty -= 1;
+                book.clean.insert(cb.last_use, (ino, idx));
+            }
+        }
+        unreserved
+    }
+
+    /// Drops block `idx`; the caller returns its reservation (`reserved`) if it held one.
+    pub fn remove(&mut self, book: &mut CacheBook, idx: u64) -> Option<CBlock> {
+        let cb = self.map.remove(&idx)?;
+        self.forget(book, idx, &cb);
+        Some(cb)
+    }
+
+    fn forget(&mut self, book: &mut CacheBook, idx: u64, cb: &CBlock) {
+        book.cached -= 1;
+        if cb.dirty {
+            self.dirty.remove(&idx);
+            book.dirty -= 1;
+        } else {
+            book.clean.remove(&cb.last_use);
+        }
+        if cb.reserved {
+            self.reserved -= 1;
+        }
+    }
+
+    /// Drops every block at `from` or beyond; returns how many reservations they held.
+    pub fn drop_from(&mut self, book: &mut CacheBook, from: u64) -> u64 {
+        let gone = self.map.split_off(&from);
+        let mut reserved = 0;
+        for (idx, cb) in &gone {
+            reserved += cb.reserved as u64;
+            self.forget(book, *idx, cb);
+        }
+        reserved
+    }
+
+    /// Drops every clean block; returns how many.
+    pub fn drop_clean(&mut self, book: &mut CacheBook) -> u64 {
+        let clean: Vec<u64> = self
+            .map
+            .iter()
+            .filter(|(_, c)| !c.dirty)
+            .map(|(i, _)| *i)
+            .collect();
+        for idx in &clean {
+            self.remove(book, *idx);
+        }
+        clean.len() as u64
+    }
+
+    /// Recounts this cache: (cached, dirty, reserved) as the blocks say, or the first
+    /// disagreement with its own sets.
+    pub fn recount(&self, book: &CacheBook, ino: u64) -> Result<(u64, u64, u64), String> {
+        let mut dirty = 0;
+        let mut reserved = 0;
+        for (idx, cb) in &self.map {
+            if cb.dirty != self.dirty.contains(idx) {
+                return Err(format!("inode {ino} block {idx}: dirty set disagrees"));
+            }
+            if cb.reserved && !cb.dirty {
+                return Err(format!("inode {ino} block {idx}: clean but reserved"));
+            }
+            if !cb.dirty && book.clean.get(&cb.last_use) != Some(&(ino, *idx)) {
+                return Err(format!(
+                    "inode {ino} block {idx}: clean but not in the age order"
+                ));
+            }
+            dirty += cb.dirty as u64;
+            reserved += cb.reserved as u64;
+        }
+        if dirty != self.dirty.len() as u64 || reserved != self.reserved {
+            return Err(format!(
+                "inode {ino}: dirty set {} / reserved {} but {dirty} / {reserved} blocks",
+                self.dirty.len(),
+                self.reserved
+            ));
+        }
+        Ok((self.map.len() as u64, dirty, reserved))
+    }
+}
