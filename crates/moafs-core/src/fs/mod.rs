@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// Metadata blocks promised to changes since the last commit (directory growth, xattr
     /// blocks, indirect blocks): counted against free space like `reserved`.
     pub meta_reserved: u64,
+    /// Feature bits the backup superblocks carry (`write_superblocks`).
+    pub backup_features: [u64; 3],
     /// When reads update access times (the mount's atime flags; never for in-process users).
     pub atime: AtimePolicy,
     /// A rename replaced a file since the last commit (see `commit_inner`).
@@ -186,6 +188,11 @@ impl Fs {
             order_data_once: false,
             meta_reserved: 0,
             atime: AtimePolicy::default(),
+            backup_features: [
+                sb.features_compat,
+                sb.features_incompat,
+                sb.features_ro_compat,
+            ],
             inodes: HashMap::default(),
             itable: HashMap::default(),
             ind: HashMap::default(),
@@ -766,7 +773,8 @@ impl Inner {
     }
 
     /// The superblock and its backups as of now (pending frees counted free, as on disk).
-    fn superblock_images(&mut self) -> Vec<(u64, Vec<u8>)> {
+    /// `backups`: the backups too (else the primary only).
+    fn superblock_images(&mut self, backups: bool) -> Vec<(u64, Vec<u8>)> {
         let geo = self.alloc.geo;
         self.sb.free_blocks = self.alloc.free_blocks() + self.alloc.pending_block_count();
         self.sb.free_inodes = self.alloc.free_inodes() + self.alloc.pending_inode_count();
@@ -776,15 +784,31 @@ impl Inner {
         }
         let bytes = self.sb.encode(geo.block_size);
         let mut v = vec![(0, bytes.clone())];
-        for g in geo.backup_groups() {
-            v.push((geo.group_start(g), bytes.clone()));
+        if backups {
+            for g in geo.backup_groups() {
+                v.push((geo.group_start(g), bytes.clone()));
+            }
+            self.backup_features = self.features();
         }
         v
     }
 
-    /// Adds the superblocks to the transaction being built.
+    fn features(&self) -> [u64; 3] {
+        [
+            self.sb.features_compat,
+            self.sb.features_incompat,
+            self.sb.features_ro_compat,
+        ]
+    }
+
+    /// Adds the superblock to the transaction being built. The backups (read only when the
+    /// primary is damaged) are written at mount and unmount, which set `state`, and here
+    /// only when a feature bit changed: their free counts and replay floor may lag (replay
+    /// takes its floor from the newest transaction, fsck recounts), their state and features
+    /// never do. Two blocks fewer in every transaction and its checkpoint.
     pub(crate) fn write_superblocks(&mut self) -> FsResult<()> {
-        let v = self.superblock_images();
+        let backups = self.features() != self.backup_features;
+        let v = self.superblock_images(backups);
         self.txn.extend(v);
         Ok(())
     }
@@ -792,7 +816,7 @@ impl Inner {
     /// Writes the superblocks home and flushes (only when no transaction is outstanding).
     fn write_superblocks_in_place(&mut self) -> FsResult<()> {
         let bs = self.bs() as u64;
-        for (b, bytes) in self.superblock_images() {
+        for (b, bytes) in self.superblock_images(true) {
             self.dev.write_at(b * bs, &bytes)?;
             self.counters.meta_blocks_written += 1;
         }
