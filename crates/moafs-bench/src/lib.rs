@@ -57,6 +57,10 @@ pub const TARGETS: &[(&str, &str)] = &[
         "the engine on a modelled SATA SSD (queue depth 1); modelled time reported",
     ),
     (
+        "engine:ssd-live",
+        "as engine:ssd with the modelled time slept (one request at a time, 500 µs flushes): wall time feels the model",
+    ),
+    (
         "moafs",
         "moafs over FUSE on a fresh image (managed: made and taken down per run)",
     ),

@@ -91,6 +91,8 @@ pub struct SmallWritesConfig {
     pub io: usize,
     /// Writes per thread.
     pub writes: usize,
+    /// fsync the file after every write (group commit's workload).
+    pub fsync: bool,
     pub seed: u64,
 }
 
@@ -125,6 +127,9 @@ pub fn small_writes(
                         let at = rng.gen_range(0..slots) * cfg.io as u64;
                         let from = rng.gen_range(0..=data.len() - cfg.io);
                         t.write_at(&fh, at, &data[from..from + cfg.io])?;
+                        if cfg.fsync {
+                            t.fsync(&fh)?;
+                        }
                     }
                     t.close(fh)
                 })

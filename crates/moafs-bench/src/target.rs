@@ -177,6 +177,9 @@ pub enum EngineDevice {
     Hdd,
     /// A memory device charged as a SATA SSD at queue depth 1.
     Ssd,
+    /// The same, with the modelled time slept while the request holds the device (so
+    /// concurrent callers queue as on the real disk and wall time feels flush latency).
+    SsdLive,
 }
 
 impl EngineDevice {
@@ -186,6 +189,7 @@ impl EngineDevice {
             "engine:file" => EngineDevice::File,
             "engine:hdd" => EngineDevice::Hdd,
             "engine:ssd" => EngineDevice::Ssd,
+            "engine:ssd-live" => EngineDevice::SsdLive,
             _ => return None,
         })
     }
@@ -243,13 +247,16 @@ impl EngineTarget {
                     }
                 }
             }
-            EngineDevice::Hdd | EngineDevice::Ssd => {
+            EngineDevice::Hdd | EngineDevice::Ssd | EngineDevice::SsdLive => {
                 let model = if kind == EngineDevice::Hdd {
                     ModelKind::Hdd(HddModel::paper())
                 } else {
                     ModelKind::Ssd(SsdModel::default())
                 };
-                Arc::new(ModelDevice::new(Arc::new(MemDevice::new(size)), model))
+                Arc::new(
+                    ModelDevice::new(Arc::new(MemDevice::new(size)), model)
+                        .with_sleep(kind == EngineDevice::SsdLive),
+                )
             }
         };
         let made = mkfs(dev.as_ref(), &MkfsOptions::default())
@@ -269,6 +276,7 @@ impl EngineTarget {
             EngineDevice::File => "file",
             EngineDevice::Hdd => "hdd",
             EngineDevice::Ssd => "ssd",
+            EngineDevice::SsdLive => "ssd-live",
         };
         let mut t = EngineTarget::from_fs(fs, format!("engine:{what}:{}MiB", size >> 20));
         t.image = image;

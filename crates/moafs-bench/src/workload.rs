@@ -180,6 +180,13 @@ pub const WORKLOADS: &[(&str, &str)] = &[
     ),
     ("tio-1536", "as tio-128 with 1.5 KB writes"),
     (
+        "fsync-4k-t1",
+        "many fsync writers: 1 thread x 1,000 random 4 KiB writes into its own 4 MiB file, fsync after each",
+    ),
+    ("fsync-4k-t2", "as fsync-4k-t1 with 2 threads (each 1,000 writes)"),
+    ("fsync-4k-t4", "as fsync-4k-t1 with 4 threads"),
+    ("fsync-4k-t8", "as fsync-4k-t1 with 8 threads"),
+    (
         "sqlite-delete",
         "SQLite (mobibench): 1,000 single-row 1 KB updates, synchronous FULL, journal DELETE",
     ),
@@ -271,8 +278,19 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
             file_size: 16 << 20,
             io: if name == "tio-128" { 128 } else { 1536 },
             writes: n(20_000),
+            fsync: false,
             seed,
         }),
+        "fsync-4k-t1" | "fsync-4k-t2" | "fsync-4k-t4" | "fsync-4k-t8" => {
+            Spec::SmallWrites(SmallWritesConfig {
+                threads: name[name.len() - 1..].parse().expect("listed names"),
+                file_size: 4 << 20,
+                io: 4096,
+                writes: n(1000),
+                fsync: true,
+                seed,
+            })
+        }
         "sqlite-delete" | "sqlite-wal" => Spec::Sqlite(SqliteConfig {
             journal: if name == "sqlite-wal" {
                 "WAL"

@@ -19,7 +19,10 @@
 //!   deterministically), plus transfer. Reads and writes cost the same. `flush` and `discard`
 //!   cost nothing: every write was already charged its media time, i.e. the modelled disk
 //!   behaves as if its write cache were off.
-//! * SSD: latency plus bytes over bandwidth, separately for reads and writes; no seek.
+//! * SSD: latency plus bytes over bandwidth, separately for reads and writes; no seek. A
+//!   flush costs `flush_latency_us` (a consumer SSD without power-loss protection writes its
+//!   cache to flash: about half a millisecond), which is what makes fsync-heavy workloads
+//!   wait and group commit pay; `discard` costs nothing.
 //! * Units: MB is 10^6 bytes; times are in the unit named by the field.
 
 use super::{iov_len, BlockDevice, DevResult, DeviceCounters, DeviceStats};
@@ -103,16 +106,20 @@ pub struct SsdModel {
     pub read_mb_s: f64,
     /// Write bandwidth, MB/s.
     pub write_mb_s: f64,
+    /// Cost of a cache flush, microseconds.
+    pub flush_latency_us: f64,
 }
 
 impl Default for SsdModel {
-    /// A typical SATA SSD at queue depth 1: ~100 µs reads, ~50 µs writes, 550/520 MB/s.
+    /// A typical SATA SSD at queue depth 1: ~100 µs reads, ~50 µs writes, 550/520 MB/s,
+    /// 500 µs per cache flush.
     fn default() -> Self {
         SsdModel {
             read_latency_us: 100.0,
             write_latency_us: 50.0,
             read_mb_s: 550.0,
             write_mb_s: 520.0,
+            flush_latency_us: 500.0,
         }
     }
 }
@@ -216,10 +223,26 @@ impl ModelDevice {
         }
         self.stats.add_model(ns, seek_bytes);
         if self.sleep {
-            std::thread::sleep(Duration::from_nanos(ns));
+            sleep_exactly(ns);
         }
         Ok(())
     }
+}
+
+/// Sleeps `ns`. The kernel lets a sleeping thread oversleep by its timer slack (50 µs by
+/// default), as much as a modelled SSD write itself: the first sleep of each thread sets its
+/// slack to 1 µs, so the model's time is what is slept.
+fn sleep_exactly(ns: u64) {
+    thread_local!(static SLACK_SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    SLACK_SET.with(|set| {
+        if !set.get() {
+            set.set(true);
+            if let Err(e) = nix::sys::prctl::set_timerslack(1_000) {
+                log::debug!("model device: timer slack stays: {e}");
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_nanos(ns));
 }
 
 impl BlockDevice for ModelDevice {
@@ -242,8 +265,16 @@ impl BlockDevice for ModelDevice {
     }
 
     fn flush(&self) -> DevResult<()> {
+        let _head = self.head.lock().unwrap_or_else(|e| e.into_inner());
         self.inner.flush()?;
         self.stats.count_flush();
+        if let ModelKind::Ssd(ssd) = &self.kind {
+            let ns = ms_to_ns(ssd.flush_latency_us / 1e3);
+            self.stats.add_model(ns, 0);
+            if self.sleep {
+                sleep_exactly(ns);
+            }
+        }
         Ok(())
     }
 
@@ -350,6 +381,8 @@ mod tests {
             c.modelled_ns
         );
         assert_eq!((c.reads, c.writes, c.seek_distance_bytes), (1, 1, 0));
+        dev.flush().expect("flush");
+        assert_eq!(dev.counters().modelled_ns - c.modelled_ns, 500_000);
     }
 
     #[test]

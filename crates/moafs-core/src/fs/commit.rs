@@ -241,6 +241,7 @@ impl Inner {
         let txn = self.plan_txn(txn, order_flush);
         self.epoch_started = epoch;
         self.committing = true;
+        self.last_commit_start = Instant::now();
         Ok(CommitIo {
             epoch,
             data: std::mem::take(&mut self.out_data),

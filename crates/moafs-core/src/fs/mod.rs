@@ -68,6 +68,12 @@ pub(crate) struct Inner {
     /// Metadata blocks promised to changes since the last commit (directory growth, xattr
     /// blocks, indirect blocks): counted against free space like `reserved`.
     pub meta_reserved: u64,
+    /// The thread of the last fsync, and the average time of a commit's I/O (phase B), ns:
+    /// `Fs::fsync` batches as jbd2 does.
+    pub last_sync_thread: Option<std::thread::ThreadId>,
+    pub commit_ns_avg: u64,
+    /// When the last commit took its changes (its phase A).
+    pub last_commit_start: Instant,
     /// Feature bits the backup superblocks carry (`write_superblocks`).
     pub backup_features: [u64; 3],
     /// When reads update access times (the mount's atime flags; never for in-process users).
@@ -106,6 +112,10 @@ pub(crate) struct Inner {
     pub spare: Vec<Arc<[u8]>>,
     pub spare_max: usize,
 }
+
+/// The longest an fsync waits for others to join its commit (jbd2's `max_batch_time`
+/// defaults to 15 ms; a flush on the slowest devices moafs is for takes a few).
+const MAX_BATCH: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// A mounted moafs.
 pub struct Fs {
@@ -188,6 +198,9 @@ impl Fs {
             order_data_once: false,
             meta_reserved: 0,
             atime: AtimePolicy::default(),
+            last_sync_thread: None,
+            commit_ns_avg: 0,
+            last_commit_start: Instant::now(),
             backup_features: [
                 sb.features_compat,
                 sb.features_incompat,
@@ -278,6 +291,12 @@ impl Fs {
     /// flight, or by running the next commit (taking every change made so far: fsyncs that
     /// arrive meanwhile wait and share it — group commit).
     fn wait_durable(&self, epoch: u64) -> FsResult<()> {
+        self.wait_durable_batched(epoch, false)
+    }
+
+    /// [`Fs::wait_durable`]; `batch`: before running a commit itself, wait for other
+    /// syncing threads to join it (about the average commit time, at most `MAX_BATCH`).
+    fn wait_durable_batched(&self, epoch: u64, mut batch: bool) -> FsResult<()> {
         loop {
             let mut g = self.lock();
             loop {
@@ -291,6 +310,16 @@ impl Fs {
                     break;
                 }
                 g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+            }
+            // as jbd2: the changes waiting for this commit have gathered since the last one
+            // started; wait until that is about one commit's time
+            let gathered = g.last_commit_start.elapsed().as_nanos() as u64;
+            if batch && g.commit_ns_avg > gathered {
+                batch = false;
+                let wait = std::time::Duration::from_nanos(g.commit_ns_avg - gathered);
+                drop(g);
+                std::thread::sleep(wait.min(MAX_BATCH));
+                continue;
             }
             drop(g);
             let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
@@ -315,9 +344,13 @@ impl Fs {
         };
         let (dev, bs, epoch) = (g.dev.clone(), g.bs() as u64, io.epoch);
         drop(g);
+        let started = Instant::now();
         let r = io.run(dev.as_ref(), bs);
+        let took = started.elapsed().as_nanos() as u64;
         drop(io); // the buffers: the cache's references are the last ones again
         let mut g = self.lock();
+        // as jbd2's average commit time: three parts old, one part new
+        g.commit_ns_avg = (g.commit_ns_avg * 3 + took) / 4;
         let r = g.commit_end(epoch, r);
         drop(g);
         self.done.notify_all();
@@ -533,12 +566,18 @@ impl Fs {
     /// system): returns after the device flush of the commit that took the changes.
     /// Concurrent fsyncs share one commit; nothing unsaved and no commit in flight: at once.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
-        let epoch = {
+        let (epoch, batch) = {
             let mut g = self.lock();
             g.inode(ino)?;
-            g.sync_epoch()
+            // jbd2's batching rule: when the last fsync came from another thread, several
+            // are syncing, and one that has to commit first waits about one commit's time
+            // for the others to join it.
+            let me = std::thread::current().id();
+            let batch = g.last_sync_thread.is_some_and(|t| t != me);
+            g.last_sync_thread = Some(me);
+            (g.sync_epoch(), batch)
         };
-        self.wait_durable(epoch)
+        self.wait_durable_batched(epoch, batch)
     }
     /// The disk address of each block of a file up to its size (0: a hole or not yet
     /// written back), for tests and `inspect`.
