@@ -117,6 +117,10 @@ pub(crate) struct Inner {
 /// defaults to 15 ms; a flush on the slowest devices moafs is for takes a few).
 const MAX_BATCH: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// Commits quicker than this on average are not batched: waking a waiting thread takes
+/// about as long (tens of µs), so waiting could not gather more changes than it costs.
+const MIN_BATCH_COMMIT_NS: u64 = 20_000;
+
 /// A mounted moafs.
 pub struct Fs {
     inner: Mutex<Inner>,
@@ -313,8 +317,9 @@ impl Fs {
             }
             // as jbd2: the changes waiting for this commit have gathered since the last one
             // started; wait until that is about one commit's time
+            // (not when commits are quicker than waking a thread: nobody could join)
             let gathered = g.last_commit_start.elapsed().as_nanos() as u64;
-            if batch && g.commit_ns_avg > gathered {
+            if batch && g.commit_ns_avg >= MIN_BATCH_COMMIT_NS && g.commit_ns_avg > gathered {
                 batch = false;
                 let wait = std::time::Duration::from_nanos(g.commit_ns_avg - gathered);
                 drop(g);
