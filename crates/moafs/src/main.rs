@@ -281,15 +281,14 @@ struct InstallArgs {
     mount_helper_dir: Option<PathBuf>,
 }
 
-const SUBCOMMANDS: &[&str] = &[
-    "mkfs",
-    "mount",
-    "umount",
-    "fsck",
-    "inspect",
-    "install-helpers",
-    "help",
-];
+/// Whether `word` names a subcommand (or an alias, or `help`), as the CLI definition says.
+fn is_subcommand(word: &str) -> bool {
+    use clap::CommandFactory;
+    word == "help"
+        || Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == word || c.get_all_aliases().any(|a| a == word))
+}
 
 /// Rewrites argv for the helper names and the mount.fuse3 convention.
 fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
@@ -308,11 +307,7 @@ fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
         _ => {
             let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
             match first {
-                Some(a)
-                    if !SUBCOMMANDS.contains(&a.as_str())
-                        && !a.starts_with('-')
-                        && Path::new(&a).exists() =>
-                {
+                Some(a) if !is_subcommand(&a) && !a.starts_with('-') && Path::new(&a).exists() => {
                     Some("mount")
                 }
                 _ => None,
@@ -1658,6 +1653,17 @@ mod tests {
             rewrite_args(v(&["moafs", exe, "/mnt"])),
             v(&["moafs", "mount", exe, "/mnt"])
         );
+        // A subcommand stays one even when a file of that name is in the working directory.
+        let dir = tempfile::tempdir().unwrap();
+        std::env::set_current_dir(dir.path()).unwrap();
+        for sub in ["bench", "age", "experiment", "inspect"] {
+            std::fs::write(sub, b"").unwrap();
+            assert_eq!(
+                rewrite_args(v(&["moafs", sub, "--help"])),
+                v(&["moafs", sub, "--help"]),
+                "{sub}"
+            );
+        }
     }
 
     #[test]
