@@ -5,12 +5,13 @@
 //! at write-back (`commit`), which chooses disk addresses only then (delayed allocation) and
 //! writes each file's dirty blocks in physically contiguous, vectored runs.
 //!
-//! Lock order: `Fs::inner` (the engine lock), then `Inner::io_gate` (a reader/writer gate that
-//! lets device reads of `Fs::read` run outside the engine lock while no commit can make their
-//! blocks reusable); device implementations have their own internal locks, taken last.
-//! Commits perform their I/O while holding the engine lock; write-behind (`behind.rs`) writes
-//! the new blocks of large files between commits outside it, holding `Inner::wb_io`, which
-//! every commit takes after the engine lock and before `io_gate`.
+//! Lock order: `Fs::commit_mx` (held by the one thread running a commit or a write-behind
+//! round, across its phases), then `Fs::inner` (the engine lock), then `Inner::io_gate` (a
+//! reader/writer gate that lets device reads of `Fs::read` run outside the engine lock while
+//! no commit can make their blocks reusable); device implementations have their own internal
+//! locks, taken last. Nobody waits for `commit_mx` while holding the engine lock. A commit
+//! plans under the engine lock, does its device I/O with it released and finishes under it
+//! again (`commit.rs`); fsyncs wait for the commit that covers them on `Fs::done`.
 
 pub mod acl;
 mod alloc;
@@ -78,7 +79,7 @@ pub(crate) struct Inner {
     pub backup_features: [u64; 3],
     /// When reads update access times (the mount's atime flags; never for in-process users).
     pub atime: AtimePolicy,
-    /// A rename replaced a file since the last commit (see `commit_inner`).
+    /// A rename replaced a file since the last commit (see `commit_plan`).
     pub replaced_by_rename: bool,
     /// Files in the order they became dirty since the last commit (an entry may be stale):
     /// co-writing's per-directory lists are made from it, and per-file write-back follows
