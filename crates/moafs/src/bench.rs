@@ -1,0 +1,400 @@
+//! `moafs bench`: workloads on targets, repeated, compared with the first target.
+
+use super::*;
+
+#[derive(Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// List the workloads, presets and targets and exit.
+    #[arg(long)]
+    pub(crate) list: bool,
+    /// Workload (see --list); several, comma-separated, run one after the other.
+    #[arg(long, default_value = "postmark-quick")]
+    pub(crate) workload: String,
+    /// A set of workloads with their sizes and repetitions: `quick` (about two minutes per
+    /// target) or `full` (every workload at full size). Replaces --workload.
+    #[arg(long)]
+    pub(crate) preset: Option<String>,
+    /// `engine` (in-process on memory; `engine:file` on an image in --backing, `engine:hdd`
+    /// / `engine:ssd` on a modelled disk), a managed file system made fresh for every run
+    /// (`moafs`, `ext4`, `xfs`, `btrfs`, `fuse2fs`; root; `moafs@opt;opt=value` mounts moafs
+    /// with extra options, e.g. `moafs@dirty_max=1G`), or a directory (a fresh
+    /// subdirectory per run). Several, comma-separated: they take turns within each
+    /// repetition and are compared with the first.
+    #[arg(long, default_value = "engine")]
+    pub(crate) target: String,
+    /// Image size of managed and engine targets (the same for every target).
+    #[arg(long, default_value = "4G")]
+    pub(crate) size: String,
+    /// Where managed targets keep their image and mount point (/dev/shm: DRAM-class storage).
+    #[arg(long, default_value = "/dev/shm")]
+    pub(crate) backing: PathBuf,
+    /// Repetitions (default 5, or the preset's).
+    #[arg(long)]
+    pub(crate) reps: Option<usize>,
+    /// Multiply file, transaction and request counts (sizes unchanged); with a preset,
+    /// multiplies the preset's own scale.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) scale: f64,
+    /// Seconds each Filebench run lasts (default 60, or the preset's).
+    #[arg(long)]
+    pub(crate) duration: Option<f64>,
+    #[arg(long, default_value_t = 42)]
+    pub(crate) seed: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+    /// Write a static HTML report with an SVG plot per workload here.
+    #[arg(long)]
+    pub(crate) html: Option<PathBuf>,
+    /// Cache state before each run (paper 002): `fresh` (B: a new target per run), `dropped`
+    /// (A: also sync and drop the kernel's and moafs's caches after the workload's setup;
+    /// root) or `polluted` (C: four unrelated runs of the workload first). Several,
+    /// comma-separated: each is a column of the comparison.
+    #[arg(long, default_value = "fresh")]
+    pub(crate) cache: String,
+    /// A job writing 100 KB files beside the measured phase (paper 002): `none`, `write`, or
+    /// `fsync` (fsync after each file). Several, comma-separated: each is a column.
+    #[arg(long, default_value = "none")]
+    pub(crate) background: String,
+    /// Watch real disks for this many milliseconds before each run and warn when something
+    /// else moved data (0: do not watch).
+    #[arg(long, default_value_t = 300)]
+    pub(crate) watch_ms: u64,
+}
+
+pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
+    use moafs_bench::target::{DirTarget, EngineDevice, EngineTarget, Target};
+    if a.list {
+        say!("workloads:");
+        for (name, what) in moafs_bench::WORKLOADS {
+            say!("  {name:16} {what}");
+        }
+        say!("presets:");
+        for name in ["quick", "full"] {
+            if let Some(p) = moafs_bench::workload::preset(name) {
+                let names: Vec<&str> = p.workloads.iter().map(|w| w.0).collect();
+                say!(
+                    "  {name:16} {} repetitions, Filebench {} s: {}",
+                    p.reps,
+                    p.duration_secs,
+                    names.join(", ")
+                );
+            }
+        }
+        say!("targets:");
+        for (name, what) in moafs_bench::TARGETS {
+            say!("  {name:16} {what}");
+        }
+        return Ok(());
+    }
+    if !(a.scale.is_finite() && a.scale > 0.0) {
+        return Err(format!(
+            "--scale must be a positive number, not {}",
+            a.scale
+        ));
+    }
+    if let Some(d) = a.duration {
+        if !(d.is_finite() && d > 0.0) {
+            return Err(format!("--duration must be a positive number, not {d}"));
+        }
+    }
+    let preset = match &a.preset {
+        None => None,
+        Some(p) => Some(moafs_bench::workload::preset(p).ok_or_else(|| {
+            format!("unknown preset {p:?} (quick or full; see `moafs bench --list`)")
+        })?),
+    };
+    let reps = a
+        .reps
+        .unwrap_or_else(|| preset.as_ref().map_or(5, |p| p.reps));
+    if reps == 0 || reps > 1000 {
+        return Err(format!("--reps must be 1..1000, not {reps}"));
+    }
+    let duration = a
+        .duration
+        .unwrap_or_else(|| preset.as_ref().map_or(60.0, |p| p.duration_secs));
+    let chosen: Vec<(String, f64)> = match &preset {
+        Some(p) => p
+            .workloads
+            .iter()
+            .map(|&(w, s)| (w.to_string(), s * a.scale))
+            .collect(),
+        None => a
+            .workload
+            .split(',')
+            .map(|w| (w.trim().to_string(), a.scale))
+            .collect(),
+    };
+    let mut workloads = Vec::new();
+    for (name, scale) in &chosen {
+        let spec = moafs_bench::workload(name, *scale, a.seed, duration)
+            .ok_or_else(|| format!("unknown workload {name:?} (see `moafs bench --list`)"))?;
+        workloads.push((name.clone(), spec));
+    }
+    use moafs_bench::hygiene::{Background, CacheState, Hygiene};
+    let caches = a
+        .cache
+        .split(',')
+        .map(|c| {
+            CacheState::parse(c.trim()).ok_or_else(|| {
+                format!("--cache takes fresh, dropped or polluted (B, A, C), not {c:?}")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let backgrounds = a
+        .background
+        .split(',')
+        .map(|b| {
+            Background::parse(b.trim())
+                .ok_or_else(|| format!("--background takes none, write or fsync, not {b:?}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let watch = (a.watch_ms > 0).then(|| std::time::Duration::from_millis(a.watch_ms));
+    use moafs_bench::managed::{Kind, Managed, ManagedOptions};
+    /// One target of the comma-separated list.
+    enum Spec {
+        Engine(EngineDevice),
+        Managed(ManagedOptions),
+        Dir(PathBuf),
+    }
+    let size = moafs_core::parse_size(&a.size)?;
+    let mut specs = Vec::new();
+    for name in a.target.split(',').map(str::trim) {
+        specs.push(if let Some(dev) = EngineDevice::parse(name) {
+            if dev == EngineDevice::File && !a.backing.is_dir() {
+                return Err(format!(
+                    "--backing {} is not a directory",
+                    a.backing.display()
+                ));
+            }
+            Spec::Engine(dev)
+        } else if let Some(kind) = Kind::parse(name.split('@').next().unwrap_or(name)) {
+            // `moafs@opt;opt=v`: moafs mounted with extra options (`;` for `,`)
+            let moafs_options = match name.split_once('@') {
+                None => String::new(),
+                Some((_, o)) if kind == Kind::Moafs && !o.is_empty() => o.replace(';', ","),
+                Some(_) => {
+                    return Err(format!(
+                        "target {name}: only moafs takes mount options (moafs@opt;opt=value)"
+                    ))
+                }
+            };
+            if !a.backing.is_dir() {
+                return Err(format!(
+                    "--backing {} is not a directory",
+                    a.backing.display()
+                ));
+            }
+            Spec::Managed(ManagedOptions {
+                kind,
+                size,
+                backing: a.backing.clone(),
+                moafs: std::env::current_exe().map_err(|e| e.to_string())?,
+                moafs_options,
+            })
+        } else {
+            let d = PathBuf::from(name);
+            if !d.is_dir() {
+                return Err(format!("target {} is not a directory", d.display()));
+            }
+            Spec::Dir(d)
+        });
+    }
+    let has_engine = specs.iter().any(|s| matches!(s, Spec::Engine(_)));
+    let needs_kernel = caches.contains(&CacheState::Polluted)
+        || backgrounds.iter().any(|&b| b != Background::None);
+    if has_engine && needs_kernel {
+        return Err(
+            "--cache polluted and --background need mounted targets (the kernel's \
+                    cache), not the in-process engine"
+                .to_string(),
+        );
+    }
+    // the compared columns: every target under every cache state and background job
+    let tagged = caches.len() > 1 || backgrounds.len() > 1;
+    let mut columns = Vec::new();
+    for target in 0..specs.len() {
+        for &cache in &caches {
+            for &background in &backgrounds {
+                columns.push(moafs_bench::Column {
+                    target,
+                    hygiene: Hygiene {
+                        cache,
+                        watch,
+                        background,
+                    },
+                    label: if tagged {
+                        format!(" [{}{}]", cache.letter(), background.label())
+                    } else {
+                        String::new()
+                    },
+                });
+            }
+        }
+    }
+    if has_engine {
+        // a workload that needs a real directory cannot run in-process
+        if preset.is_some() {
+            workloads.retain(|(name, w)| {
+                if w.needs_dir() {
+                    say!("{name}: skipped (needs a mounted target, not the engine)");
+                }
+                !w.needs_dir()
+            });
+        } else if let Some((name, _)) = workloads.iter().find(|(_, w)| w.needs_dir()) {
+            return Err(format!(
+                "workload {name} needs a mounted target (a managed file system or a \
+                 directory), not the in-process engine"
+            ));
+        }
+    }
+    // Ctrl-C: the running workload fails at its next operation and its target is taken
+    // down on the way out; a second Ctrl-C exits at once.
+    let _ = ctrlc::set_handler(|| {
+        if moafs_bench::interrupted() {
+            std::process::exit(130);
+        }
+        eprintln!("moafs bench: interrupted; taking the target down (Ctrl-C again to quit now)");
+        moafs_bench::interrupt();
+    });
+    let make = |i: usize, rep: usize| -> std::io::Result<Box<dyn Target>> {
+        Ok(match &specs[i] {
+            Spec::Engine(dev) => Box::new(EngineTarget::on(*dev, size, &a.backing)?),
+            Spec::Managed(o) => Box::new(DirTarget::managed(Managed::create(o)?)),
+            Spec::Dir(d) => Box::new(DirTarget::scratch(
+                d,
+                &format!("moafs-bench-{}-{i}-{rep}", std::process::id()),
+            )?),
+        })
+    };
+    let bar = indicatif::ProgressBar::new((workloads.len() * reps * columns.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut results = Vec::new();
+    for (name, spec) in &workloads {
+        bar.suspend(|| {
+            say!(
+                "{name}: seed {}, {reps} repetitions{}",
+                a.seed,
+                if columns.len() > 1 {
+                    ", targets taking turns"
+                } else {
+                    ""
+                }
+            )
+        });
+        bar.set_message(name.clone());
+        let reports =
+            moafs_bench::run_columns(name, spec, reps, &columns, make, |target, rep, run| {
+                let o = &run.outcome;
+                bar.inc(1);
+                bar.suspend(|| {
+                    say!(
+                        "  {target} run {rep}: {:.1} {}/s, {:.2} s in all",
+                        o.rate,
+                        o.unit,
+                        o.total_secs
+                    );
+                    if let Some(b) = run.other_disk_bytes_before.filter(|&b| b >= 1 << 20) {
+                        eprintln!(
+                            "moafs bench: warning: other processes moved {:.1} MiB on disks \
+                             just before {target} run {rep}; its result may be disturbed",
+                            b as f64 / (1 << 20) as f64
+                        );
+                    }
+                });
+            })
+            .map_err(|e| {
+                bar.finish_and_clear();
+                format!("benchmark {name} on {}: {e}", a.target)
+            })?;
+        bar.suspend(|| print_reports(&reports));
+        let comparison = moafs_bench::compare_to_first(&reports);
+        results.push(serde_json::json!({
+            "workload": name,
+            "comparison": comparison,
+            "reports": reports,
+        }));
+    }
+    bar.finish_and_clear();
+    let doc = serde_json::json!({
+        "schema": 2,
+        "preset": a.preset,
+        "reps": reps,
+        "seed": a.seed,
+        "cache": a.cache,
+        "background": a.background,
+        "results": results,
+    });
+    if let Some(path) = &a.json {
+        let s = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.html {
+        std::fs::write(path, moafs_bench::html::report(&doc))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
+    for rep in reports {
+        let t = &rep.rate;
+        say!(
+            "{}: {:.1} {}/s (95 % CI {:.1} .. {:.1}, sd {:.1}, n {})",
+            rep.target,
+            t.mean,
+            rep.unit,
+            t.low(),
+            t.high(),
+            t.sd,
+            t.n
+        );
+        if let Some(d) = &rep.device_bytes_written_per_op {
+            say!(
+                "  device bytes written per operation: {:.0} (95 % CI {:.0} .. {:.0})",
+                d.mean,
+                d.low(),
+                d.high()
+            );
+        }
+        let modelled: Vec<f64> = rep
+            .runs
+            .iter()
+            .filter_map(|r| r.device.and_then(|d| d.modelled_secs))
+            .collect();
+        if let Some(m) = moafs_bench::stats::Summary::of(&modelled) {
+            say!(
+                "  modelled device time: {:.3} s (95 % CI {:.3} .. {:.3})",
+                m.mean,
+                m.low(),
+                m.high()
+            );
+        }
+        if let Some(c) = &rep.cpu_us_per_op {
+            say!(
+                "  CPU per operation (harness + FUSE daemon): {:.1} µs (95 % CI {:.1} .. {:.1})",
+                c.mean,
+                c.low(),
+                c.high()
+            );
+        }
+    }
+    if reports.len() > 1 {
+        say!(
+            "compared with {} ({}/s, mean over mean; 95 % intervals):",
+            reports[0].target,
+            reports[0].unit
+        );
+        for c in &moafs_bench::compare_to_first(reports)[1..] {
+            let verdict = match c.verdict {
+                moafs_bench::stats::Verdict::Higher => "faster",
+                moafs_bench::stats::Verdict::Lower => "slower",
+                moafs_bench::stats::Verdict::NoDifference => "no difference shown",
+            };
+            say!("  {:10} {:6.2}x  {verdict}", c.target, c.ratio_to_baseline);
+        }
+    }
+}

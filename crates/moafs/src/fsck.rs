@@ -1,0 +1,61 @@
+//! `moafs fsck` (`fsck.moafs`): checks and repairs an image.
+
+use super::*;
+
+#[derive(Args, Debug)]
+pub(crate) struct FsckArgs {
+    /// Check only; open the image read-only.
+    #[arg(short = 'n', conflicts_with = "yes")]
+    pub(crate) no: bool,
+    /// Repair what can be repaired.
+    #[arg(short = 'y')]
+    pub(crate) yes: bool,
+    /// e2fsck compatibility: -a and -p mean -y, -f is accepted and ignored.
+    #[arg(short = 'a', hide = true)]
+    pub(crate) auto: bool,
+    #[arg(short = 'p', hide = true)]
+    pub(crate) preen: bool,
+    #[arg(short = 'f', hide = true)]
+    pub(crate) force: bool,
+    pub(crate) image: PathBuf,
+}
+
+pub(crate) fn cmd_fsck(a: &FsckArgs) -> u8 {
+    let repair = (a.yes || a.auto || a.preen) && !a.no;
+    let _ = a.force;
+    let dev = match open_image(
+        &a.image,
+        FileDeviceOptions {
+            read_only: !repair,
+            direct: false,
+            lock: true,
+        },
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("fsck.moafs: {e}");
+            return 8;
+        }
+    };
+    let rep = match moafs_core::fsck::fsck(&dev, repair) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fsck.moafs: {}", fs_error(&a.image, e));
+            return 8;
+        }
+    };
+    for w in &rep.warnings {
+        say!("warning: {w}");
+    }
+    for r in &rep.repaired {
+        say!("repaired: {r}");
+    }
+    for e in &rep.errors {
+        say!("error: {e}");
+    }
+    say!("{}: {}", a.image.display(), rep.summary);
+    if !rep.errors.is_empty() && !repair {
+        say!("run `moafs fsck -y {}` to repair", a.image.display());
+    }
+    rep.exit_code().clamp(0, 255) as u8
+}

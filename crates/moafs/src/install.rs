@@ -1,0 +1,56 @@
+//! `moafs install-helpers`: the mkfs/fsck/mount/umount helper links.
+
+use super::*;
+
+#[derive(Args, Debug)]
+pub(crate) struct InstallArgs {
+    /// mkfs.moafs and fsck.moafs go to PREFIX/sbin.
+    #[arg(long, default_value = "/usr/local")]
+    pub(crate) prefix: PathBuf,
+    /// Where the mount and umount helpers go (mount(8) and umount(8) look in /sbin). Default: /sbin,
+    /// or PREFIX/sbin when --prefix is given.
+    #[arg(long)]
+    pub(crate) mount_helper_dir: Option<PathBuf>,
+}
+
+pub(crate) fn cmd_install(a: &InstallArgs) -> Result<(), String> {
+    let exe = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .map_err(|e| format!("cannot find this executable: {e}"))?;
+    let sbin = a.prefix.join("sbin");
+    let prefix_given = std::env::args_os().any(|x| {
+        let s = x.to_string_lossy();
+        s == "--prefix" || s.starts_with("--prefix=")
+    });
+    let helper_dir = match &a.mount_helper_dir {
+        Some(d) => d.clone(),
+        None if prefix_given => sbin.clone(),
+        None => PathBuf::from("/sbin"),
+    };
+    let links = [
+        (sbin.join("mkfs.moafs"), &sbin),
+        (sbin.join("fsck.moafs"), &sbin),
+        (helper_dir.join("mount.moafs"), &helper_dir),
+        (helper_dir.join("mount.fuse.moafs"), &helper_dir),
+        (helper_dir.join("umount.moafs"), &helper_dir),
+        (helper_dir.join("umount.fuse.moafs"), &helper_dir),
+    ];
+    for (link, dir) in links {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        match std::fs::symlink_metadata(&link) {
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::remove_file(&link).map_err(|e| format!("{}: {e}", link.display()))?
+            }
+            Ok(_) => {
+                return Err(format!(
+                    "{} exists and is not a symlink; not replacing it",
+                    link.display()
+                ))
+            }
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(&exe, &link).map_err(|e| format!("{}: {e}", link.display()))?;
+        say!("{} -> {}", link.display(), exe.display());
+    }
+    Ok(())
+}

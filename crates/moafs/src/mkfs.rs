@@ -1,0 +1,114 @@
+//! `moafs mkfs` (`mkfs.moafs`): makes a file system on an image.
+
+use super::*;
+
+#[derive(Args, Debug)]
+pub(crate) struct MkfsArgs {
+    /// Size of the image, e.g. 64M, 10G (bytes without a suffix; K/M/G/T are powers of 1024).
+    #[arg(long)]
+    pub(crate) size: Option<String>,
+    /// Block size: 4096 or 16384.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) block_size: u32,
+    /// Number of allocation groups.
+    #[arg(long)]
+    pub(crate) groups: Option<u32>,
+    /// Label (at most 32 bytes).
+    #[arg(long, default_value = "")]
+    pub(crate) label: String,
+    /// Journal size in blocks (default: 1/64 of the image, 64 to 16384 blocks; 0: no journal).
+    #[arg(long)]
+    pub(crate) journal_blocks: Option<u32>,
+    pub(crate) image: PathBuf,
+}
+
+pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
+    let size = a.size.as_deref().map(moafs_core::parse_size).transpose()?;
+    match size {
+        Some(s) => {
+            if s < MIN_IMAGE_BYTES {
+                return Err(format!(
+                    "--size {} is too small: moafs needs at least {} bytes ({})",
+                    a.size.as_deref().unwrap_or_default(),
+                    MIN_IMAGE_BYTES,
+                    human(MIN_IMAGE_BYTES)
+                ));
+            }
+            FileDevice::create(&a.image, s).map_err(|e| dev_error(&a.image, e))?;
+        }
+        None if !a.image.exists() => {
+            return Err(format!(
+                "{} does not exist; give --size to create it (e.g. --size 1G)",
+                a.image.display()
+            ));
+        }
+        None => {}
+    }
+    let dev = open_image(
+        &a.image,
+        FileDeviceOptions {
+            read_only: false,
+            direct: false,
+            lock: true,
+        },
+    )?;
+    if dev.size() < MIN_IMAGE_BYTES {
+        return Err(format!(
+            "{} is too small ({} bytes): moafs needs at least {} bytes ({})",
+            a.image.display(),
+            dev.size(),
+            MIN_IMAGE_BYTES,
+            human(MIN_IMAGE_BYTES)
+        ));
+    }
+    let opts = MkfsOptions {
+        block_size: a.block_size,
+        groups: a.groups,
+        label: a.label.clone(),
+        journal_blocks: a.journal_blocks,
+        ..MkfsOptions::default()
+    };
+    let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {
+        FsError::Invalid { detail } => detail,
+        e => fs_error(&a.image, e),
+    })?;
+    let geo = Geometry::from_superblock(&sb);
+    let bytes = geo.total_blocks * u64::from(geo.block_size);
+    say!("moafs created on {}", a.image.display());
+    say!(
+        "  size:        {} ({} bytes, {} blocks)",
+        human(bytes),
+        bytes,
+        geo.total_blocks
+    );
+    say!("  block size:  {}", geo.block_size);
+    say!(
+        "  groups:      {} of {} blocks",
+        geo.group_count,
+        geo.blocks_per_group
+    );
+    say!(
+        "  inodes:      {} ({} per group)",
+        geo.total_inodes(),
+        geo.inodes_per_group
+    );
+    say!(
+        "  free:        {} in {} blocks",
+        human(sb.free_blocks * u64::from(geo.block_size)),
+        sb.free_blocks
+    );
+    if sb.has_journal() {
+        say!(
+            "  journal:     {} in {} blocks at block {}",
+            human(u64::from(sb.journal_blocks) * u64::from(geo.block_size)),
+            sb.journal_blocks,
+            sb.journal_start
+        );
+    } else {
+        say!("  journal:     none");
+    }
+    if !a.label.is_empty() {
+        say!("  label:       {}", a.label);
+    }
+    Ok(())
+}

@@ -1,0 +1,479 @@
+//! `moafs mount` (`mount.moafs`, `mount.fuse.moafs`): mount options and the FUSE daemon.
+
+use super::*;
+
+#[derive(Args, Debug)]
+pub(crate) struct MountArgs {
+    /// Stay in the foreground (log to stderr).
+    #[arg(short = 'f')]
+    pub(crate) foreground: bool,
+    /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
+    /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address, ro, direct,
+    /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
+    /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
+    #[arg(short = 'o', action = clap::ArgAction::Append)]
+    pub(crate) options: Vec<String>,
+    /// mount(8) helper flags (no mtab, sloppy, verbose): accepted and ignored.
+    #[arg(short = 'n', hide = true)]
+    pub(crate) no_mtab: bool,
+    #[arg(short = 's', hide = true)]
+    pub(crate) sloppy: bool,
+    #[arg(short = 'v', hide = true)]
+    pub(crate) verbose: bool,
+    /// Run as mount(8)'s helper (mount.moafs, mount.fuse.moafs): set from argv[0].
+    #[arg(long, hide = true)]
+    pub(crate) mount_helper: bool,
+    pub(crate) image: PathBuf,
+    pub(crate) mountpoint: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct MountPlan {
+    pub(crate) engine: MountOptions,
+    pub(crate) fuse: MountConfig,
+    pub(crate) direct: bool,
+    pub(crate) log: Option<PathBuf>,
+    pub(crate) pidfile: Option<PathBuf>,
+    pub(crate) stats: Option<PathBuf>,
+    /// `-o remount` (mount(8) asks the helper to change the flags of a live mount).
+    pub(crate) remount: bool,
+}
+
+/// Options of mount(8) that mean nothing to the mount itself (fstab bookkeeping).
+pub(crate) const IGNORED_OPTIONS: &[&str] = &[
+    "auto", "noauto", "user", "nouser", "_netdev", "nofail", "defaults",
+];
+
+/// The opposite of a VFS option of mount(8) (the later of the two wins).
+pub(crate) fn vfs_opposite(opt: &str) -> Option<String> {
+    const PAIRS: &[(&str, &str)] = &[
+        ("dev", "nodev"),
+        ("suid", "nosuid"),
+        ("exec", "noexec"),
+        ("sync", "async"),
+        ("atime", "noatime"),
+        ("diratime", "nodiratime"),
+        ("relatime", "norelatime"),
+        ("strictatime", "nostrictatime"),
+        ("lazytime", "nolazytime"),
+    ];
+    PAIRS.iter().find_map(|&(a, b)| {
+        (opt == a)
+            .then(|| b.to_string())
+            .or_else(|| (opt == b).then(|| a.to_string()))
+    })
+}
+
+pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> {
+    let mut p = MountPlan {
+        engine: MountOptions {
+            // the kernel holds references to inodes until it sends FORGET
+            kernel_lookups: true,
+            // writeback cache: the kernel owns mtime/ctime of written files
+            kernel_times: true,
+            ..MountOptions::default()
+        },
+        fuse: MountConfig::default(),
+        direct: false,
+        log: None,
+        pidfile: None,
+        stats: None,
+        remount: false,
+    };
+    let num = |k: &str, v: Option<&str>| -> Result<u64, String> {
+        let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=N)"))?;
+        v.parse::<u64>()
+            .map_err(|_| format!("invalid value {v:?} for mount option {k}"))
+    };
+    let size = |k: &str, v: Option<&str>| -> Result<u64, String> {
+        let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=SIZE)"))?;
+        moafs_core::parse_size(v).map_err(|e| format!("mount option {k}: {e}"))
+    };
+    let path = |k: &str, v: Option<&str>| -> Result<PathBuf, String> {
+        match v {
+            Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
+            _ => Err(format!("mount option {k} needs a value ({k}=PATH)")),
+        }
+    };
+    for opt in opts.iter().flat_map(|o| o.split(',')) {
+        let opt = opt.trim();
+        if opt.is_empty() {
+            continue;
+        }
+        let (k, v) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        match k {
+            "cache_size" => p.engine.cache_bytes = size(k, v)?,
+            "dirty_max" => p.engine.dirty_bytes_max = size(k, v)?,
+            "write_behind" => p.engine.write_behind_bytes = size(k, v)?,
+            "cowrite" => {
+                p.engine.cowrite = match v {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => return Err(format!("cowrite= takes on or off, not {v:?}")),
+                }
+            }
+            "wb_order" => {
+                p.engine.wb_sorted = match v {
+                    Some("address") => true,
+                    Some("dirty") => false,
+                    _ => return Err(format!("wb_order= takes dirty or address, not {v:?}")),
+                }
+            }
+            "cowrite_max" => {
+                let n = size(k, v)?;
+                if !(8 << 10..=4 << 20).contains(&n) {
+                    return Err(format!(
+                        "cowrite_max={n}: must be between 8K and 4M (2 to 256 blocks are used)"
+                    ));
+                }
+                p.engine.cowrite_max = n;
+            }
+            "flush_interval_ms" => p.engine.flush_interval_ms = num(k, v)?,
+            "journal" => {
+                p.engine.journal = v
+                    .ok_or("journal= needs writeback, ordered or data")?
+                    .parse()?
+            }
+            "ro" if v.is_none() => {
+                p.engine.read_only = true;
+                p.fuse.read_only = true;
+            }
+            "rw" if v.is_none() => {
+                p.engine.read_only = false;
+                p.fuse.read_only = false;
+            }
+            "remount" | "bind" if v.is_none() => p.remount = true,
+            _ if v.is_none() && moafs_fuse::is_vfs_option(k) => {
+                let vfs = &mut p.fuse.vfs_options;
+                if let Some(opp) = vfs_opposite(k) {
+                    vfs.retain(|o| *o != opp);
+                }
+                // the atime policies exclude each other
+                if ["noatime", "relatime", "strictatime"].contains(&k) {
+                    vfs.retain(|o| !["noatime", "relatime", "strictatime"].contains(&o.as_str()));
+                }
+                vfs.retain(|o| o != k);
+                vfs.push(k.to_string());
+            }
+            // Shown by the kernel for every FUSE mount; mount(8) may hand them back.
+            "user_id" | "group_id" | "rootmode" | "max_read" | "blksize" if v.is_some() => {}
+            // umount(8)'s helper of this mount, kept by mount(8) in its utab
+            "uhelper" if v.is_some() => {}
+            _ if k.starts_with("x-") => {}
+            "direct" if v.is_none() => p.direct = true,
+            "threads" => {
+                let n = num(k, v)?;
+                if !(1..=64).contains(&n) {
+                    return Err(format!("threads={n}: must be between 1 and 64"));
+                }
+                p.fuse.threads = n as usize;
+            }
+            "attr_ttl_ms" => p.fuse.attr_ttl = Duration::from_millis(num(k, v)?),
+            "poll_ms" => p.fuse.poll_window = Duration::from_millis(num(k, v)?.min(10_000)),
+            "uring" => {
+                p.fuse.uring = match v {
+                    Some("auto") => UringMode::Auto,
+                    Some("off") => UringMode::Off,
+                    _ => return Err(format!("uring= takes auto or off, not {v:?}")),
+                }
+            }
+            "uring_stream_kb" => {
+                p.fuse.uring_stream_kb = num(k, v)?.min(1 << 20) as u32;
+            }
+            "read_ahead_kb" => p.fuse.read_ahead_kb = num(k, v)?.min(u32::MAX as u64) as u32,
+            "bdi_strict" => {
+                p.fuse.bdi_strict_limit = match v {
+                    Some("0") => false,
+                    Some("1") => true,
+                    _ => return Err(format!("bdi_strict= takes 0 or 1, not {v:?}")),
+                }
+            }
+            "allow_other" if v.is_none() => p.fuse.allow_other = true,
+            "default_permissions" if v.is_none() => p.fuse.default_permissions = true,
+            "nodefault_permissions" if v.is_none() => p.fuse.default_permissions = false,
+            "log" => p.log = Some(path(k, v)?),
+            "pidfile" => p.pidfile = Some(path(k, v)?),
+            "stats" => p.stats = Some(path(k, v)?),
+            // Added by mount.fuse3 and friends; the source name is ours to choose.
+            "fsname" | "subtype" if v.is_some() => {}
+            _ if v.is_none() && IGNORED_OPTIONS.contains(&k) => {}
+            _ => return Err(format!("unknown mount option {opt}")),
+        }
+    }
+    Ok(p)
+}
+
+/// Opens the image and mounts the engine; then serves FUSE until unmounted.
+pub(crate) fn serve(
+    image: &Path,
+    mountpoint: &Path,
+    plan: &MountPlan,
+    ready: impl FnOnce(),
+) -> Result<(), String> {
+    let dev = open_image(
+        image,
+        FileDeviceOptions {
+            read_only: plan.engine.read_only,
+            direct: plan.direct,
+            lock: true,
+        },
+    )?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let fs = Fs::mount(dev, plan.engine.clone()).map_err(|e| fs_error(image, e))?;
+    let mut cfg = plan.fuse.clone();
+    // The image's absolute path, as a block device's would be: findmnt -S IMAGE, df and
+    // xfstests find the mount by it (the type reads fuse.moafs).
+    cfg.fsname = image.display().to_string();
+    let fs = Arc::new(fs);
+    moafs_fuse::mount_blocking(fs.clone(), mountpoint, &cfg, ready)
+        .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
+    if let Some(path) = &plan.stats {
+        write_stats(path, &fs);
+    }
+    Ok(())
+}
+
+/// Writes the engine's and the device's counters of this mount as JSON (option `stats=PATH`).
+pub(crate) fn write_stats(path: &Path, fs: &Fs) {
+    let json = serde_json::json!({
+        "engine": fs.counters(),
+        "device": fs.device_counters(),
+    });
+    let text = serde_json::to_string_pretty(&json).unwrap_or_default();
+    if let Err(e) = std::fs::write(path, text) {
+        log::error!("cannot write stats file {}: {e}", path.display());
+    }
+}
+
+pub(crate) fn write_pidfile(path: &Path) {
+    if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+        log::error!("cannot write pid file {}: {e}", path.display());
+    }
+}
+
+pub(crate) fn remove_pidfile(path: &Path) {
+    let ours = std::fs::read_to_string(path)
+        .map(|s| s.trim() == std::process::id().to_string())
+        .unwrap_or(false);
+    if ours {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
+    if a.mount_helper && nix::unistd::geteuid().is_root() {
+        // mount(8) passes `nodev`/`nosuid` when asked for and never `dev`/`suid`, the kernel
+        // defaults: as root's helper, mount as a kernel file system would be (FUSE's own
+        // default, used by `moafs mount`, is nodev,nosuid).
+        a.options.insert(0, "dev,suid".into());
+    }
+    let mut plan = match parse_mount_options(&a.options) {
+        Ok(p) => p,
+        Err(e) => return report(Err(e)),
+    };
+    plan.fuse.foreground = a.foreground;
+    if plan.remount {
+        // mount(8) names the mount point second, the source first.
+        let bind = a.options.iter().any(|o| o.split(',').any(|x| x == "bind"));
+        let target = a.mountpoint.canonicalize().unwrap_or(a.mountpoint.clone());
+        return report(mounts::remount(&target, &a.options, bind));
+    }
+    // Absolute paths: the daemon changes to "/".
+    let image = match a.image.canonicalize() {
+        Ok(p) => p,
+        Err(e) => return report(Err(format!("cannot open {}: {e}", a.image.display()))),
+    };
+    let mountpoint = match a.mountpoint.canonicalize() {
+        Ok(p) if p.is_dir() => p,
+        Ok(p) => {
+            return report(Err(format!(
+                "mount point {} is not a directory",
+                p.display()
+            )))
+        }
+        Err(e) => return report(Err(format!("mount point {}: {e}", a.mountpoint.display()))),
+    };
+    let absolutize = |p: &mut Option<PathBuf>| {
+        if let Some(path) = p {
+            if path.is_relative() {
+                if let Ok(cwd) = std::env::current_dir() {
+                    *path = cwd.join(&*path);
+                }
+            }
+        }
+    };
+    absolutize(&mut plan.log);
+    absolutize(&mut plan.pidfile);
+    // Mounted already: a second mount shows the same file system, as a block device's would.
+    // Mounted on this very directory: refused (the kernel refuses a file system on a mount
+    // point where it is mounted already) — unless an unmount in progress takes it away within
+    // moments (a script's `umount DIR & mount IMAGE DIR`, xfstests generic/604).
+    let start = std::time::Instant::now();
+    let existing = loop {
+        let existing = mounts::mounts_of_image(&image);
+        if !existing.iter().any(|m| m.target == mountpoint) {
+            break existing;
+        }
+        if start.elapsed() > Duration::from_secs(3) {
+            return report(Err(format!(
+                "{} is already mounted on {}",
+                image.display(),
+                mountpoint.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if let Some(first) = existing.first() {
+        if plan.fuse.foreground {
+            return report(Err(format!(
+                "{} is mounted on {} (a second mount is a bind mount of it; not in the foreground)",
+                image.display(),
+                first.target.display()
+            )));
+        }
+        let res = mounts::mount_again(&first.target, &mountpoint, &a.options);
+        if res.is_ok() {
+            mounts::register_umount_helper(&image, &mountpoint);
+        }
+        return report(res);
+    }
+
+    if a.foreground {
+        let pidfile = plan.pidfile.clone();
+        let (img, mp) = (image.clone(), mountpoint.clone());
+        let res = serve(&image, &mountpoint, &plan, || {
+            if let Some(p) = &pidfile {
+                write_pidfile(p);
+            }
+            // mount(8) may look at the mount point, which this process serves: not from here.
+            std::thread::spawn(move || mounts::register_umount_helper(&img, &mp));
+        });
+        if let Some(p) = &pidfile {
+            remove_pidfile(p);
+        }
+        return report(res);
+    }
+    daemonize_and_serve(&image, &mountpoint, &plan)
+}
+
+/// Forks; the child mounts and serves, the parent returns once the mount is ready (exit 0) or
+/// has failed (the child's message, exit 1).
+pub(crate) fn daemonize_and_serve(image: &Path, mountpoint: &Path, plan: &MountPlan) -> u8 {
+    let (rd, wr) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return report(Err(format!("pipe: {e}"))),
+    };
+    // SAFETY: `fork` is only unsafe in a multi-threaded process, where the child may inherit
+    // locks held by other threads. We fork here, in `main`'s thread, before anything in this
+    // process has spawned a thread (clap, env_logger and the option parsing above are
+    // single-threaded; the device, the engine and the FUSE session are created in the child).
+    let fork = unsafe { nix::unistd::fork() };
+    match fork {
+        Err(e) => report(Err(format!("fork: {e}"))),
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(wr);
+            let mut msg = String::new();
+            let _ = File::from(rd).read_to_string(&mut msg);
+            if msg.starts_with("OK") {
+                mounts::register_umount_helper(image, mountpoint);
+                0
+            } else if let Some(err) = msg.strip_prefix("ERR ") {
+                eprintln!("moafs: {}", err.trim_end());
+                // The child exits right after reporting; reap it.
+                let _ = nix::sys::wait::waitpid(child, None);
+                1
+            } else {
+                let _ = nix::sys::wait::waitpid(child, None);
+                eprintln!("moafs: the mount daemon exited before the mount was ready");
+                1
+            }
+        }
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(rd);
+            let pipe = RefCell::new(Some(File::from(wr)));
+            let send = |m: &str| {
+                if let Some(mut f) = pipe.borrow_mut().take() {
+                    let _ = f.write_all(m.as_bytes());
+                }
+            };
+            if let Err(e) = detach(plan.log.as_deref()) {
+                send(&format!("ERR {e}\n"));
+                std::process::exit(1);
+            }
+            let pidfile = plan.pidfile.clone();
+            let res = serve(image, mountpoint, plan, || {
+                if let Some(p) = &pidfile {
+                    write_pidfile(p);
+                }
+                send("OK\n");
+            });
+            if let Some(p) = &pidfile {
+                remove_pidfile(p);
+            }
+            match res {
+                Ok(()) => std::process::exit(0),
+                Err(e) => {
+                    log::error!("{e}");
+                    send(&format!("ERR {e}\n"));
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+}
+
+/// Becomes a daemon: new session, cwd "/", stdin/stdout to /dev/null, stderr to the log file
+/// (or /dev/null).
+pub(crate) fn detach(log: Option<&Path>) -> Result<(), String> {
+    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| format!("/dev/null: {e}"))?;
+    let err_target = match log {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| format!("log file {}: {e}", p.display()))?,
+        None => null.try_clone().map_err(|e| format!("/dev/null: {e}"))?,
+    };
+    for (src, dst) in [
+        (null.as_raw_fd(), libc::STDIN_FILENO),
+        (null.as_raw_fd(), libc::STDOUT_FILENO),
+        (err_target.as_raw_fd(), libc::STDERR_FILENO),
+    ] {
+        nix::unistd::dup2(src, dst).map_err(|e| format!("dup2: {e}"))?;
+    }
+    std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        let p = parse_mount_options(&["rw,relatime,cache_size=64M,threads=4,ro".into()]).unwrap();
+        assert_eq!(p.engine.cache_bytes, 64 << 20);
+        assert_eq!(p.fuse.threads, 4);
+        assert!(p.engine.read_only && p.fuse.read_only);
+        assert!(p.fuse.default_permissions);
+        let p = parse_mount_options(&[
+            "nodefault_permissions".into(),
+            "attr_ttl_ms=0,poll_ms=0".into(),
+        ])
+        .unwrap();
+        assert!(p.fuse.poll_window.is_zero());
+        assert!(!p.fuse.default_permissions);
+        assert!(p.fuse.attr_ttl.is_zero());
+        let e = parse_mount_options(&["bogus".into()]).unwrap_err();
+        assert_eq!(e, "unknown mount option bogus");
+        assert!(parse_mount_options(&["threads=x".into()]).is_err());
+    }
+}
