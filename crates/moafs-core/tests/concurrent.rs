@@ -8,38 +8,15 @@ use moafs_core::Fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Reads take a while, so a read outside the engine lock overlaps the writer's commits.
-struct SlowReads(Arc<MemDevice>);
-
-impl BlockDevice for SlowReads {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
-        std::thread::sleep(std::time::Duration::from_millis(3));
-        self.0.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
-        self.0.write_at(offset, buf)
-    }
-    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        self.0.writev_at(offset, bufs)
-    }
-    fn flush(&self) -> DevResult<()> {
-        self.0.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
-        self.0.discard(offset, len)
-    }
-    fn counters(&self) -> DeviceCounters {
-        self.0.counters()
-    }
-}
-
 #[test]
 fn reads_never_see_reused_blocks() {
     let dev = new_dev(64 << 20);
-    let slow: Arc<dyn BlockDevice> = Arc::new(SlowReads(dev.clone()));
+    // reads take a while, so a read outside the engine lock overlaps the writer's commits
+    let slow: Arc<dyn BlockDevice> = Arc::new(Slow {
+        inner: dev.clone(),
+        read: std::time::Duration::from_millis(3),
+        flush: std::time::Duration::ZERO,
+    });
     // a tiny cache, so that reads of b go to the device
     let opts = MountOptions {
         cache_bytes: 64 << 10,

@@ -5,9 +5,7 @@
 //! image fsck finds clean, before and after the remount.
 mod common;
 use common::ME;
-use moafs_core::device::{
-    BlockDevice, CutMode, DevResult, DeviceCounters, FaultConfig, FaultDevice, MemDevice,
-};
+use moafs_core::device::{BlockDevice, CutMode, FaultConfig, FaultDevice, MemDevice};
 use moafs_core::fs::{JournalMode, MountOptions, RenameFlags, ROOT_INO};
 use moafs_core::mkfs::{mkfs, MkfsOptions};
 use moafs_core::Fs;
@@ -18,33 +16,14 @@ const THREADS: usize = 6;
 const RECORD: usize = 64;
 const IMAGE: u64 = 64 << 20;
 
-/// A device whose flush takes a while (as a disk's cache flush does), so that fsyncs pile up
-/// behind a commit in flight.
-struct SlowFlush(Arc<dyn BlockDevice>);
-
-impl BlockDevice for SlowFlush {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
-        self.0.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
-        self.0.write_at(offset, buf)
-    }
-    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        self.0.writev_at(offset, bufs)
-    }
-    fn flush(&self) -> DevResult<()> {
-        std::thread::sleep(std::time::Duration::from_micros(700));
-        self.0.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
-        self.0.discard(offset, len)
-    }
-    fn counters(&self) -> DeviceCounters {
-        self.0.counters()
-    }
+/// A flush that takes a while (as a disk's cache flush does), so that fsyncs pile up behind a
+/// commit in flight.
+fn slow_flush(inner: Arc<dyn BlockDevice>) -> Arc<dyn BlockDevice> {
+    Arc::new(common::Slow {
+        inner,
+        read: std::time::Duration::ZERO,
+        flush: std::time::Duration::from_micros(700),
+    })
 }
 
 fn record(t: usize, i: usize) -> Vec<u8> {
@@ -214,7 +193,7 @@ fn crash_run(mode: JournalMode, cut_after_writes: u64, seed: u64) {
             ..FaultConfig::default()
         },
     ));
-    let dev: Arc<dyn BlockDevice> = Arc::new(SlowFlush(fault.clone()));
+    let dev = slow_flush(fault.clone());
     let opts = MountOptions {
         journal: mode,
         ..MountOptions::default()
@@ -261,7 +240,7 @@ fn power_cuts_during_concurrent_fsyncs_keep_every_acknowledged_record() {
 fn concurrent_fsyncs_share_commits() {
     let mem = Arc::new(MemDevice::new(IMAGE));
     mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
-    let dev: Arc<dyn BlockDevice> = Arc::new(SlowFlush(mem.clone() as Arc<dyn BlockDevice>));
+    let dev = slow_flush(mem.clone());
     let fs = Arc::new(Fs::mount(dev, MountOptions::default()).expect("mount"));
     let before = fs.counters().commits;
     let acks = writers(&fs, 100);
