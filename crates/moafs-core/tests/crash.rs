@@ -164,7 +164,8 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
     let files = m.files();
     let pick = |rng: &mut StdRng| files[rng.gen_range(0..files.len())].clone();
     match name {
-        "mix" => {
+        // the random mix, while another thread commits all the time (run)
+        "mix" | "inflight" => {
             let free: Vec<&str> = NAMES
                 .iter()
                 .copied()
@@ -415,7 +416,9 @@ fn matches(got: &Tree, want: &Tree, window: &[Tree], mode: JournalMode, whole: b
         return false;
     }
     for ((gp, (gi, gd)), (wp, (wi, wd))) in got.iter().zip(want) {
-        if gp != wp || gi != wi || gd.len() != wd.len() {
+        // u64::MAX: the state after a create in progress, whose inode number the model learns
+        // when it returns (a commit on another thread may take the state before that)
+        if gp != wp || (gi != wi && *wi != u64::MAX) || gd.len() != wd.len() {
             return false;
         }
         if gp.ends_with("@x") || gp.ends_with('/') {
@@ -535,21 +538,23 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
         inner: fault.clone(),
         hook: Mutex::new(None),
     });
-    let fs = Fs::mount(
-        tap.clone() as Arc<dyn BlockDevice>,
-        MountOptions {
-            journal: ctx.mode,
-            // Small, so that commits come often; write-behind needs more dirty data to act on.
-            dirty_bytes_max: if ctx.name == "behind" {
-                1 << 20
-            } else {
-                24 << 10
+    let fs = Arc::new(
+        Fs::mount(
+            tap.clone() as Arc<dyn BlockDevice>,
+            MountOptions {
+                journal: ctx.mode,
+                // Small, so that commits come often; write-behind needs more dirty data to act on.
+                dirty_bytes_max: if ctx.name == "behind" {
+                    1 << 20
+                } else {
+                    24 << 10
+                },
+                flush_interval_ms: u64::MAX,
+                ..MountOptions::default()
             },
-            flush_interval_ms: u64::MAX,
-            ..MountOptions::default()
-        },
-    )
-    .expect("mount");
+        )
+        .expect("mount"),
+    );
     let d = fs
         .mkdir(ROOT_INO, b"d", 0o755, common::ME)
         .expect("mkdir")
@@ -583,6 +588,19 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
             }
         }));
     }
+    // "inflight": a second thread commits over and over, so operations run while a commit
+    // writes with the engine lock released (its state is the one at the operation boundary
+    // where it started, inside the window). Not reproducible step for step, unlike the rest.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let committer = (ctx.name == "inflight").then(|| {
+        let (fs, stop) = (fs.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                fs.sync().expect("background commit");
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        })
+    });
     let mut rng = StdRng::seed_from_u64(ctx.seed);
     let mut m = Model::default();
     let mut step = 0;
@@ -599,6 +617,10 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
                 eprintln!("op {op:?} at request {}", request.load(Ordering::Relaxed));
             }
             apply(&fs, &mut after, d, &op);
+            if committer.is_some() {
+                // room for the other thread's commits to start between operations
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
             m = after;
             let mut w = window.lock().unwrap();
             if matches!(op, Op::Fsync(_) | Op::Sync) {
@@ -610,6 +632,10 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
             }
         }
         step += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = committer {
+        t.join().expect("committer thread");
     }
     *tap.hook.lock().unwrap() = None;
     if fs.superblock().features_incompat & moafs_core::format::FEATURE_LARGE_XATTR != 0 {
@@ -684,7 +710,7 @@ fn seeds() -> u64 {
 fn run_all(name: &'static str, ops: usize) {
     let mut total = 0;
     // Co-writing (on by default; not with journal=data): batches, and moved overwrites.
-    let (mut batches, mut moved, mut behind) = (0, 0, 0);
+    let (mut batches, mut moved, mut behind, mut overlapped) = (0, 0, 0, 0);
     for mode in [
         JournalMode::Ordered,
         JournalMode::Data,
@@ -702,6 +728,7 @@ fn run_all(name: &'static str, ops: usize) {
             batches += c.cowrite_batches;
             moved += c.cowrite_relocated_blocks;
             behind += c.written_behind;
+            overlapped += c.commits_overlapped;
         }
     }
     eprintln!(
@@ -716,6 +743,12 @@ fn run_all(name: &'static str, ops: usize) {
     if name == "behind" {
         assert!(behind > 0, "write-behind wrote nothing");
     }
+    if name == "inflight" {
+        eprintln!(
+            "crash harness: workload inflight: {overlapped} commits wrote while operations ran"
+        );
+        assert!(overlapped > 0, "no operation ran while a commit wrote");
+    }
     if name == "mix" {
         let large = LARGE_XATTR_RUNS.load(Ordering::Relaxed);
         eprintln!("crash harness: workload mix: {large} runs wrote multi-block xattr sets");
@@ -726,6 +759,11 @@ fn run_all(name: &'static str, ops: usize) {
 #[test]
 fn crash_random_mix() {
     run_all("mix", 60);
+}
+
+#[test]
+fn crash_commit_in_flight() {
+    run_all("inflight", 60);
 }
 
 #[test]

@@ -183,6 +183,7 @@ impl Fs {
         g.committing = true;
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
         drop(g);
+        let unwinding = super::InFlight(self);
         let mut written = Ok(());
         for run in &runs {
             let bufs: Vec<&[u8]> = run.blocks.iter().map(|b| &b.2[..]).collect();
@@ -191,6 +192,7 @@ impl Fs {
                 break;
             }
         }
+        std::mem::forget(unwinding);
         let mut g = self.lock();
         g.committing = false;
         let r = match written {

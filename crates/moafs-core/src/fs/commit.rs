@@ -126,6 +126,10 @@ impl Inner {
             return Err(e);
         }
         self.counters.commits += 1;
+        if !self.touched.is_empty() {
+            // phase A left the set empty: operations ran while this commit wrote
+            self.counters.commits_overlapped += 1;
+        }
         {
             // No read planned before this commit may still be reading blocks about to be freed.
             let gate = self.io_gate.clone();

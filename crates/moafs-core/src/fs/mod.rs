@@ -122,6 +122,20 @@ const MAX_BATCH: std::time::Duration = std::time::Duration::from_millis(2);
 /// about as long (tens of µs), so waiting could not gather more changes than it costs.
 const MIN_BATCH_COMMIT_NS: u64 = 20_000;
 
+/// Held across a commit's device I/O: dropped only when that I/O panicked, it turns the file
+/// system read-only (what is on disk is unknown) and wakes the waiters.
+struct InFlight<'a>(&'a Fs);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut g = self.0.lock();
+        g.committing = false;
+        g.failed = true;
+        drop(g);
+        self.0.done.notify_all();
+    }
+}
+
 /// A mounted moafs.
 pub struct Fs {
     inner: Mutex<Inner>,
@@ -302,10 +316,14 @@ impl Fs {
     /// [`Fs::wait_durable`]; `batch`: before running a commit itself, wait for other
     /// syncing threads to join it (about the average commit time, at most `MAX_BATCH`).
     fn wait_durable_batched(&self, epoch: u64, mut batch: bool) -> FsResult<()> {
+        let mut led = false;
         loop {
             let mut g = self.lock();
             loop {
                 if g.opts.read_only || g.epoch_durable >= epoch {
+                    if !led {
+                        g.counters.commits_skipped += 1;
+                    }
                     return Ok(());
                 }
                 if g.failed {
@@ -333,6 +351,7 @@ impl Fs {
             if g.epoch_durable >= epoch || g.failed || g.opts.read_only {
                 continue;
             }
+            led = true;
             self.run_commit(g, job)?;
         }
     }
@@ -350,9 +369,13 @@ impl Fs {
         };
         let (dev, bs, epoch) = (g.dev.clone(), g.bs() as u64, io.epoch);
         drop(g);
+        // Should the I/O panic (a device implementation's bug, a test's assertion), the
+        // commit in flight must not be left "committing" for ever with every fsync waiting.
+        let unwinding = InFlight(self);
         let started = Instant::now();
         let r = io.run(dev.as_ref(), bs);
         let took = started.elapsed().as_nanos() as u64;
+        std::mem::forget(unwinding);
         drop(io); // the buffers: the cache's references are the last ones again
         let mut g = self.lock();
         // as jbd2's average commit time: three parts old, one part new

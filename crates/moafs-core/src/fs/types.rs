@@ -332,8 +332,12 @@ pub struct EngineCounters {
     pub data_blocks_journaled: u64,
     /// Commits too large for the journal, written in place instead.
     pub journal_overflows: u64,
-    /// fsync/sync calls that found nothing to commit (an earlier commit covered them).
+    /// fsync/sync calls that ran no commit of their own (one in flight or another thread's
+    /// covered them: group commit, or nothing was unsaved).
     pub commits_skipped: u64,
+    /// Commits during whose device I/O operations changed the file system (they go to the
+    /// next commit): the engine lock was free while the commit wrote.
+    pub commits_overlapped: u64,
     /// Co-writes (one vectored request each), the small files and blocks they carried, and
     /// of those blocks the ones that had an address before (relocated overwrites).
     pub cowrite_batches: u64,
@@ -373,6 +377,7 @@ impl EngineCounters {
                 .saturating_sub(e.data_blocks_journaled),
             journal_overflows: self.journal_overflows.saturating_sub(e.journal_overflows),
             commits_skipped: self.commits_skipped.saturating_sub(e.commits_skipped),
+            commits_overlapped: self.commits_overlapped.saturating_sub(e.commits_overlapped),
             cowrite_batches: self.cowrite_batches.saturating_sub(e.cowrite_batches),
             cowrite_files: self.cowrite_files.saturating_sub(e.cowrite_files),
             cowrite_blocks: self.cowrite_blocks.saturating_sub(e.cowrite_blocks),
