@@ -88,6 +88,19 @@ struct Gate {
     cv: std::sync::Condvar,
 }
 
+/// The engine mounted over a gate on `mem`.
+fn gated(mem: &Arc<MemDevice>) -> (Arc<Gate>, Arc<Fs>) {
+    let gate = Arc::new(Gate {
+        dev: mem.clone(),
+        armed: AtomicBool::new(false),
+        state: std::sync::Mutex::new((false, false)),
+        cv: std::sync::Condvar::new(),
+    });
+    let dev = gate.clone() as Arc<dyn BlockDevice>;
+    let fs = Arc::new(Fs::mount(dev, MountOptions::default()).unwrap());
+    (gate, fs)
+}
+
 impl Gate {
     fn wait_entered(&self) {
         let mut s = self.state.lock().unwrap();
@@ -142,19 +155,7 @@ impl BlockDevice for Gate {
 fn write_behind_runs_outside_the_lock_and_keeps_what_changed_meanwhile() {
     const BS: usize = 4096;
     let mem = new_dev(32 << 20);
-    let gate = Arc::new(Gate {
-        dev: mem.clone(),
-        armed: AtomicBool::new(false),
-        state: std::sync::Mutex::new((false, false)),
-        cv: std::sync::Condvar::new(),
-    });
-    let fs = Arc::new(
-        Fs::mount(
-            gate.clone() as Arc<dyn BlockDevice>,
-            MountOptions::default(),
-        )
-        .unwrap(),
-    );
+    let (gate, fs) = gated(&mem);
     let ino = fs.create(ROOT_INO, b"big", 0o644, ME).unwrap().ino;
     fs.write(ino, 0, &vec![1u8; 64 * BS]).unwrap();
 
@@ -225,19 +226,7 @@ fn write_behind_runs_outside_the_lock_and_keeps_what_changed_meanwhile() {
 #[test]
 fn blocks_freed_while_a_commit_writes_wait_two_more_commits() {
     let mem = new_dev(32 << 20);
-    let gate = Arc::new(Gate {
-        dev: mem.clone(),
-        armed: AtomicBool::new(false),
-        state: std::sync::Mutex::new((false, false)),
-        cv: std::sync::Condvar::new(),
-    });
-    let fs = Arc::new(
-        Fs::mount(
-            gate.clone() as Arc<dyn BlockDevice>,
-            MountOptions::default(),
-        )
-        .unwrap(),
-    );
+    let (gate, fs) = gated(&mem);
     let x = fs.create(ROOT_INO, b"x", 0o644, ME).unwrap().ino;
     fs.write(x, 0, &[7u8; 4096]).unwrap();
     fs.sync().unwrap();
