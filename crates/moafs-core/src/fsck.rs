@@ -133,8 +133,10 @@ struct Checker<'a> {
     files_count: u64,
     /// Blocks (data and indirect) claimed by the last `map_blocks`.
     claimed_for_inode: u64,
-    /// The journal's blocks: no inode may point into them.
+    /// The journal's and the byte log's blocks: no inode may point into them.
     journal: std::ops::Range<u64>,
+    /// Block maps of the inodes byte-log records name (checked after the walk).
+    maps: HashMap<u64, Vec<(u64, u64)>>,
     /// What `fsck -y` will change besides the derived state.
     fixes: Vec<Fix>,
     layout: Layout,
@@ -404,6 +406,9 @@ impl Checker<'_> {
         } else {
             let mut map = self.map_blocks(ino, &d)?;
             map.sort_unstable();
+            if let Some(m) = self.maps.get_mut(&ino) {
+                m.clone_from(&map);
+            }
             if d.mode & libc::S_IFMT == libc::S_IFREG {
                 self.layout.add_file(&map);
             }
@@ -470,35 +475,45 @@ impl Checker<'_> {
 pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
     let sb = read_superblock(dev)?;
     let mut notes = Vec::new();
+    let mut targets = Vec::new();
     if sb.state != STATE_CLEAN && sb.has_journal() {
         if repair {
             let r = crate::fs::journal::replay(dev, &sb)?;
-            if r.transactions > 0 {
+            if r.transactions > 0 || r.bytelog.records > 0 {
                 notes.push(format!(
-                    "journal: replayed {} transaction(s) ({} blocks)",
+                    "journal: replayed {} transaction(s) and {} byte-log record(s) ({} blocks)",
                     r.transactions,
+                    r.bytelog.records,
                     r.blocks.len()
                 ));
             }
+            targets = r.bytelog.targets;
         } else {
             let r = crate::fs::journal::plan_replay(dev, &sb)?;
-            if r.transactions > 0 {
+            if r.transactions > 0 || r.bytelog.records > 0 {
                 let view = crate::device::OverlayDevice::new(dev, sb.block_size, r.blocks);
-                let mut report = check(&view, false)?;
+                let mut report = check(&view, false, &r.bytelog.targets)?;
                 report.warnings.push(format!(
-                    "journal needs recovery ({} transaction(s)): checked as replayed",
-                    r.transactions
+                    "journal needs recovery ({} transaction(s), {} byte-log record(s)): \
+                     checked as replayed",
+                    r.transactions, r.bytelog.records
                 ));
                 return Ok(report);
             }
         }
     }
-    let mut report = check(dev, repair)?;
+    let mut report = check(dev, repair, &targets)?;
     report.warnings.extend(notes);
     Ok(report)
 }
 
-fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
+/// `targets`: what the byte-log records replayed (or to be replayed) name: each must be a
+/// live inode and, for file bytes, the block the inode maps at that index.
+fn check(
+    dev: &dyn BlockDevice,
+    repair: bool,
+    targets: &[crate::fs::RecordTarget],
+) -> FsResult<FsckReport> {
     let sb = read_superblock(dev)?;
     let geo = Geometry::from_superblock(&sb);
     if dev.size() < geo.total_blocks * geo.block_size as u64 {
@@ -524,7 +539,8 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         inodes: HashMap::new(),
         files_count: 0,
         claimed_for_inode: 0,
-        journal: sb.journal_range(),
+        journal: sb.log_range(),
+        maps: targets.iter().map(|t| (t.ino, Vec::new())).collect(),
         fixes: Vec::new(),
         layout: Layout::default(),
     };
@@ -565,7 +581,7 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
             }
         }
         if g == 0 {
-            for b in sb.journal_range() {
+            for b in sb.log_range() {
                 ck.used[b as usize] = true;
             }
         }
@@ -589,6 +605,22 @@ fn check(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
         }
     }
     ck.walk(&sb)?;
+    for t in targets {
+        if !ck.inodes.contains_key(&t.ino) {
+            ck.err(format!(
+                "byte-log record {} names inode {}, which no directory lists",
+                t.seq, t.ino
+            ));
+        } else if let Some((idx, home)) = t.block {
+            if ck.maps[&t.ino].binary_search(&(idx, home)).is_err() {
+                ck.err(format!(
+                    "byte-log record {} is for block {idx} of inode {} at {home}, which the \
+                     inode does not map there",
+                    t.seq, t.ino
+                ));
+            }
+        }
+    }
     // Free slots in the initialised part of each inode table must be empty or a valid free
     // inode (a freed slot keeps its generation under a crc).
     for g in 0..geo.group_count {
@@ -923,7 +955,22 @@ pub struct InspectReport {
     pub free_inodes: u64,
     pub total_inodes: u64,
     pub data_blocks: u64,
+    /// The byte log, if the image has one.
+    pub bytelog: Option<ByteLogInfo>,
     pub groups: Vec<GroupInfo>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ByteLogInfo {
+    pub start_block: u64,
+    pub blocks: u32,
+    /// Records up to this sequence number are home; later ones begin at this sector.
+    pub floor: u64,
+    pub tail_sector: u32,
+    /// Records above the floor found in the log (a mount would apply them after the
+    /// journal; only an image not cleanly unmounted has any).
+    pub live_records: Option<usize>,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -995,6 +1042,17 @@ pub fn inspect(dev: &dyn BlockDevice) -> FsResult<InspectReport> {
             .sum(),
         total_inodes: geo.total_inodes(),
         data_blocks: geo.data_blocks(),
+        bytelog: sb.has_bytelog().then(|| {
+            let live = crate::fs::read_live_records(dev, &sb);
+            ByteLogInfo {
+                start_block: sb.bytelog_start,
+                blocks: sb.bytelog_blocks,
+                floor: sb.bytelog_floor,
+                tail_sector: sb.bytelog_tail,
+                live_records: live.as_ref().ok().map(Vec::len),
+                error: live.err().map(|e| e.to_string()),
+            }
+        }),
         groups,
     })
 }

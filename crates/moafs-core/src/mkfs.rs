@@ -3,8 +3,8 @@
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{
-    bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FEATURE_JOURNAL, FORMAT_VERSION,
-    INODE_BYTES, STATE_CLEAN,
+    bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FEATURE_BYTELOG, FEATURE_JOURNAL,
+    FORMAT_VERSION, INODE_BYTES, STATE_CLEAN,
 };
 use crate::fs::Timespec;
 
@@ -19,6 +19,9 @@ pub struct MkfsOptions {
     pub label: String,
     /// Journal size in blocks (None: 1/64 of the image, 64 to 16384 blocks; Some(0): none).
     pub journal_blocks: Option<u32>,
+    /// Byte-log size in blocks (None: 1/8 of the journal, 16 to 2048 blocks; Some(0): none).
+    /// Needs a journal.
+    pub bytelog_blocks: Option<u32>,
 }
 
 impl Default for MkfsOptions {
@@ -29,6 +32,7 @@ impl Default for MkfsOptions {
             bytes_per_inode: 16384,
             label: String::new(),
             journal_blocks: None,
+            bytelog_blocks: None,
         }
     }
 }
@@ -102,6 +106,30 @@ pub fn plan_journal(geo: &Geometry, opts: &MkfsOptions) -> FsResult<u32> {
     Ok(want as u32)
 }
 
+/// Byte-log blocks for `geo` (placed in group 0 right after the journal).
+pub fn plan_bytelog(geo: &Geometry, journal_blocks: u32, opts: &MkfsOptions) -> FsResult<u32> {
+    let room = (geo.group_len(0) - geo.meta_blocks())
+        .saturating_sub(16)
+        .saturating_sub(journal_blocks) as u64;
+    let want = match opts.bytelog_blocks {
+        Some(n) => n as u64,
+        None if journal_blocks == 0 => 0,
+        None => (journal_blocks as u64 / 8).clamp(16, 2048).min(room / 2),
+    };
+    if want == 0 {
+        return Ok(0);
+    }
+    if journal_blocks == 0 {
+        return Err(FsError::invalid("a byte log needs a journal"));
+    }
+    if want < 2 || want > room {
+        return Err(FsError::invalid(format!(
+            "a byte log of {want} blocks does not fit (2 to {room} blocks here)"
+        )));
+    }
+    Ok(want as u32)
+}
+
 /// Creates an empty moafs on `dev`.
 pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
     let geo = plan(dev.size(), opts)?;
@@ -111,6 +139,14 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
     } else {
         0
     };
+    let bytelog_blocks = plan_bytelog(&geo, journal_blocks, opts)?;
+    let bytelog_start = if bytelog_blocks > 0 {
+        journal_start + journal_blocks as u64
+    } else {
+        0
+    };
+    // The journal and the byte log, in use in group 0's bitmap.
+    let logs = journal_start..journal_start + journal_blocks as u64 + bytelog_blocks as u64;
     let bs = geo.block_size as u64;
     let now = Timespec::now();
     let mut uuid = [0u8; 16];
@@ -142,8 +178,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         let mut bitmap = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
         for i in 0..(geo.bitmap_blocks as u64 * bs * 8) {
             // metadata blocks and bits past the end of the group are "in use"
-            let journal =
-                g == 0 && (journal_start..journal_start + journal_blocks as u64).contains(&i);
+            let journal = g == 0 && journal_blocks > 0 && logs.contains(&i);
             if i < meta as u64 || i >= len as u64 || journal {
                 bitmap[(i / 8) as usize] |= 1 << (i % 8);
             }
@@ -159,7 +194,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
             ..Default::default()
         };
         if g == 0 {
-            hdr.free_blocks -= journal_blocks;
+            hdr.free_blocks -= journal_blocks + bytelog_blocks;
             ibitmap[0] |= 1;
             hdr.free_inodes -= 1;
             hdr.dirs = 1;
@@ -197,6 +232,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
             FEATURE_JOURNAL
         } else {
             0
+        } | if bytelog_blocks > 0 {
+            FEATURE_BYTELOG
+        } else {
+            0
         },
         features_ro_compat: 0,
         label,
@@ -204,13 +243,18 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         journal_start,
         journal_blocks,
         journal_seq: 0,
+        bytelog_start,
+        bytelog_blocks,
+        bytelog_tail: 0,
+        bytelog_floor: 0,
     };
-    // A zeroed journal: no stale block of an earlier file system on this device can look
-    // like a transaction (the crc salt, the uuid, already rules that out; this is tidiness).
+    // A zeroed journal and byte log: no stale block of an earlier file system on this device
+    // can look like a transaction or a batch (the crc salt, the uuid, already rules that
+    // out; this is tidiness).
     if journal_blocks > 0 {
         let zero = vec![0u8; bs as usize * 256];
         let mut b = journal_start;
-        let end = journal_start + journal_blocks as u64;
+        let end = logs.end;
         while b < end {
             let n = (end - b).min(256);
             dev.write_at(b * bs, &zero[..(n * bs) as usize])?;

@@ -84,10 +84,59 @@ impl Model {
     }
 }
 
-/// Window of states the image may legally show: from the last durable point to now.
-#[derive(Default)]
+/// Window of states the image may legally show: from the last durable point (a commit
+/// everything waited for) to now; and the files whose fsync the byte log served since:
+/// whatever state of the window a crash shows, such a file holds at least what its fsync
+/// made durable (`docs/SEMANTICS.md`: a commit's state plus, per file, its acknowledged
+/// byte-logged updates).
+#[derive(Default, Clone)]
 struct Window {
     states: Vec<Tree>,
+    /// inode → (index of the state its last served fsync returned in, its contents then):
+    /// states before that index show these contents for it.
+    pins: HashMap<u64, (usize, Vec<u8>)>,
+    /// An fsync in progress: (inode, contents) — its batch may or may not have landed.
+    pending: Option<(u64, Vec<u8>)>,
+}
+
+impl Window {
+    /// The trees a crash may show: each state, with the pinned files' contents where the
+    /// state is older than their pin, with and without the fsync in progress.
+    fn candidates(&self) -> Vec<Tree> {
+        let mut out = Vec::new();
+        let n = self.states.len();
+        for (i, t) in self.states.iter().enumerate() {
+            let mut pins: Vec<(u64, &Vec<u8>)> = self
+                .pins
+                .iter()
+                .filter(|(_, (at, _))| *at > i)
+                .map(|(ino, (_, d))| (*ino, d))
+                .collect();
+            out.push(pinned(t, &pins));
+            if let Some((ino, d)) = &self.pending {
+                if i + 1 < n {
+                    pins.retain(|p| p.0 != *ino);
+                    pins.push((*ino, d));
+                    out.push(pinned(t, &pins));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `t` with the contents of the files `pins` names replaced.
+fn pinned(t: &Tree, pins: &[(u64, &Vec<u8>)]) -> Tree {
+    let mut t = t.clone();
+    for (path, (ino, data)) in t.iter_mut() {
+        if path.ends_with("@x") || path.ends_with('/') {
+            continue;
+        }
+        if let Some((_, d)) = pins.iter().find(|(i, _)| i == ino) {
+            data.clone_from(d);
+        }
+    }
+    t
 }
 
 struct Ctx {
@@ -328,6 +377,56 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                 _ => vec![Op::WriteBehind, Op::Write(f, len, BS, rng.gen())],
             }
         }
+        // Small overwrites of durable files with fsyncs between them (the byte log serves
+        // those), among whole-block overwrites, appends, truncates, renames and syncs (the
+        // committer's), and writes to other files that only a commit makes durable.
+        "smallupdates" => {
+            let names = ["a", "b", "d/c"];
+            let f = names[rng.gen_range(0..names.len())].to_string();
+            if !m.names.contains_key(&f) {
+                return vec![
+                    Op::Create(f.clone()),
+                    Op::Write(f, 0, 6 * BS + 100, rng.gen()),
+                    Op::Sync,
+                ];
+            }
+            let len = m.data[&m.names[&f]].len();
+            match rng.gen_range(0..40) {
+                0..=17 if len > 0 => {
+                    let n = rng.gen_range(1..400).min(len);
+                    let off = rng.gen_range(0..=len - n);
+                    vec![Op::Write(f, off, n, rng.gen())]
+                }
+                18..=29 => vec![Op::Fsync(f)],
+                30 => vec![Op::Sync],
+                31 if len >= BS => {
+                    let off = rng.gen_range(0..len / BS) * BS;
+                    vec![Op::Write(f.clone(), off, BS, rng.gen()), Op::Fsync(f)]
+                }
+                32 => vec![Op::Write(f, len, rng.gen_range(1..200), rng.gen())],
+                33 => vec![Op::Truncate(f, rng.gen_range(0..=len))],
+                34 => {
+                    let to = names[rng.gen_range(0..names.len())].to_string();
+                    if to == f {
+                        vec![Op::Fsync(f)]
+                    } else {
+                        vec![Op::Rename(f, to)]
+                    }
+                }
+                _ if len > 0 => {
+                    // several small updates, then one fsync
+                    let mut ops = Vec::new();
+                    for _ in 0..rng.gen_range(1..4) {
+                        let n = rng.gen_range(1..200).min(len);
+                        let off = rng.gen_range(0..=len - n);
+                        ops.push(Op::Write(f.clone(), off, n, rng.gen()));
+                    }
+                    ops.push(Op::Fsync(f));
+                    ops
+                }
+                _ => vec![Op::Sync],
+            }
+        }
         _ => unreachable!("unknown workload"),
     }
 }
@@ -472,7 +571,8 @@ fn matches(got: &Tree, want: &Tree, window: &[Tree], mode: JournalMode, whole: b
     true
 }
 
-fn check_image(ctx: &Ctx, image: Vec<u8>, window: &[Tree], what: &str) {
+fn check_image(ctx: &Ctx, image: Vec<u8>, win: &Window, what: &str) {
+    let window = &win.states[..];
     let dev = Arc::new(MemDevice::from_bytes(image));
     let r = moafs_core::fsck::fsck(dev.as_ref(), false).expect("fsck runs");
     assert!(
@@ -496,7 +596,8 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, window: &[Tree], what: &str) {
     .unwrap_or_else(|e| panic!("{what}: mount after the crash: {e}"));
     let got = walk(&fs);
     let whole = ctx.name == "rewrite";
-    if !window
+    let candidates = win.candidates();
+    if !candidates
         .iter()
         .any(|w| matches(&got, w, window, ctx.mode, whole))
     {
@@ -506,9 +607,10 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, window: &[Tree], what: &str) {
                 .collect()
         };
         panic!(
-            "{what}: the recovered tree is no state of the window ({replay})\n got: {:?}\n window: {:#?}",
+            "{what}: the recovered tree is no state of the window ({replay})\n got: {:?}\n window: {:#?}\n pins: {:?}",
             show(&got),
-            window.iter().map(show).collect::<Vec<_>>()
+            candidates.iter().map(show).collect::<Vec<_>>(),
+            win.pins.iter().map(|(i, (at, d))| (*i, *at, d.len())).collect::<Vec<_>>()
         );
     }
     fs.unmount().expect("unmount");
@@ -570,7 +672,7 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
             (window.clone(), states.clone(), request.clone(), ctx.clone());
         *tap.hook.lock().unwrap() = Some(Box::new(move |dev: &FaultDevice| {
             let n = request.fetch_add(1, Ordering::Relaxed);
-            let w = window.lock().unwrap().states.clone();
+            let w = window.lock().unwrap().clone();
             let pending = dev.unflushed_writes();
             let mut cuts = vec![CutMode::DropAll, CutMode::KeepPrefix(usize::MAX)];
             if pending > 1 {
@@ -616,19 +718,38 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
             if std::env::var("CRASH_DEBUG").is_ok() {
                 eprintln!("op {op:?} at request {}", request.load(Ordering::Relaxed));
             }
+            if let Op::Fsync(p) = &op {
+                let ino = m.names[p];
+                window.lock().unwrap().pending = Some((ino, m.data[&ino].clone()));
+            }
+            let served = fs.counters().bytelog_fsyncs;
             apply(&fs, &mut after, d, &op);
+            let served = fs.counters().bytelog_fsyncs > served;
             if committer.is_some() {
                 // room for the other thread's commits to start between operations
                 std::thread::sleep(std::time::Duration::from_micros(300));
             }
             m = after;
             let mut w = window.lock().unwrap();
-            if matches!(op, Op::Fsync(_) | Op::Sync) {
-                // Durable: nothing before this point may come back.
-                w.states = vec![m.tree()];
-            } else if let Some(last) = w.states.last_mut() {
-                // The real state after it (a create's inode number is known now).
-                *last = m.tree();
+            w.pending = None;
+            match &op {
+                Op::Fsync(p) if served => {
+                    // The byte log made this file durable, and nothing else.
+                    let ino = m.names[p];
+                    let at = w.states.len() - 1;
+                    w.pins.insert(ino, (at, m.data[&ino].clone()));
+                }
+                Op::Fsync(_) | Op::Sync => {
+                    // Durable: nothing before this point may come back.
+                    w.states = vec![m.tree()];
+                    w.pins.clear();
+                }
+                _ => {
+                    if let Some(last) = w.states.last_mut() {
+                        // The real state after it (a create's inode number is known now).
+                        *last = m.tree();
+                    }
+                }
             }
         }
         step += 1;
@@ -644,7 +765,11 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
     let counters = fs.counters();
     fs.unmount().expect("unmount");
     let final_image = fault.crash_image(CutMode::DropAll).expect("image");
-    check_image(&ctx, final_image, &[m.tree()], "after unmount");
+    let done = Window {
+        states: vec![m.tree()],
+        ..Window::default()
+    };
+    check_image(&ctx, final_image, &done, "after unmount");
     (states.load(Ordering::Relaxed), counters)
 }
 
@@ -709,6 +834,7 @@ fn seeds() -> u64 {
 
 fn run_all(name: &'static str, ops: usize) {
     let mut total = 0;
+    let mut served = 0;
     // Co-writing (on by default; not with journal=data): batches, and moved overwrites.
     let (mut batches, mut moved, mut behind, mut overlapped) = (0, 0, 0, 0);
     for mode in [
@@ -729,6 +855,7 @@ fn run_all(name: &'static str, ops: usize) {
             moved += c.cowrite_relocated_blocks;
             behind += c.written_behind;
             overlapped += c.commits_overlapped;
+            served += c.bytelog_fsyncs;
         }
     }
     eprintln!(
@@ -736,6 +863,10 @@ fn run_all(name: &'static str, ops: usize) {
          {batches} co-writes, {moved} blocks moved by them, {behind} blocks written behind"
     );
     assert!(total > 0);
+    eprintln!("crash harness: workload {name}: {served} fsyncs served by the byte log");
+    if name == "smallupdates" {
+        assert!(served > 0, "the byte log served no fsync");
+    }
     if ["postmark", "rewrite"].contains(&name) {
         assert!(batches > 0, "co-writing was not exercised");
         assert!(moved > 0, "no overwrite was moved by co-writing");
@@ -784,6 +915,11 @@ fn crash_small_file_rewrites() {
 #[test]
 fn crash_postmark_like() {
     run_all("postmark", 40);
+}
+
+#[test]
+fn crash_small_updates_byte_log() {
+    run_all("smallupdates", 60);
 }
 
 #[test]

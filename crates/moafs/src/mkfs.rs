@@ -19,6 +19,10 @@ pub(crate) struct MkfsArgs {
     /// Journal size in blocks (default: 1/64 of the image, 64 to 16384 blocks; 0: no journal).
     #[arg(long)]
     pub(crate) journal_blocks: Option<u32>,
+    /// Byte-log size in blocks (default: 1/8 of the journal, 16 to 2048 blocks; 0: none,
+    /// and so no per-file fsync of small overwrites).
+    #[arg(long)]
+    pub(crate) bytelog_blocks: Option<u32>,
     pub(crate) image: PathBuf,
 }
 
@@ -66,6 +70,7 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         groups: a.groups,
         label: a.label.clone(),
         journal_blocks: a.journal_blocks,
+        bytelog_blocks: a.bytelog_blocks,
         ..MkfsOptions::default()
     };
     let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {
@@ -106,6 +111,16 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         );
     } else {
         say!("  journal:     none");
+    }
+    if sb.has_bytelog() {
+        say!(
+            "  byte log:    {} in {} blocks at block {}",
+            human(u64::from(sb.bytelog_blocks) * u64::from(geo.block_size)),
+            sb.bytelog_blocks,
+            sb.bytelog_start
+        );
+    } else {
+        say!("  byte log:    none");
     }
     if !a.label.is_empty() {
         say!("  label:       {}", a.label);

@@ -8,7 +8,10 @@ pub(crate) struct MountArgs {
     #[arg(short = 'f')]
     pub(crate) foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
-    /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address, ro, direct,
+    /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
+    /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
+    /// bytelog_threshold=SIZE (default 2048), ro, direct, nodirect (O_DIRECT on the image;
+    /// the default for a block device),
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -31,7 +34,9 @@ pub(crate) struct MountArgs {
 pub(crate) struct MountPlan {
     pub(crate) engine: MountOptions,
     pub(crate) fuse: MountConfig,
-    pub(crate) direct: bool,
+    /// O_DIRECT on the image: `direct` / `nodirect`; by default on for a block device (the
+    /// device sees the engine's requests, not the page cache's pages), off for a file.
+    pub(crate) direct: Option<bool>,
     pub(crate) log: Option<PathBuf>,
     pub(crate) pidfile: Option<PathBuf>,
     pub(crate) stats: Option<PathBuf>,
@@ -74,7 +79,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             ..MountOptions::default()
         },
         fuse: MountConfig::default(),
-        direct: false,
+        direct: None,
         log: None,
         pidfile: None,
         stats: None,
@@ -114,6 +119,22 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                     Some("off") => false,
                     _ => return Err(format!("cowrite= takes on or off, not {v:?}")),
                 }
+            }
+            "bytelog" => {
+                p.engine.bytelog = match v {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => return Err(format!("bytelog= takes on or off, not {v:?}")),
+                }
+            }
+            "bytelog_threshold" => {
+                let n = size(k, v)?;
+                if !(128..=16384).contains(&n) {
+                    return Err(format!(
+                        "bytelog_threshold={n}: must be between 128 and 16384 bytes"
+                    ));
+                }
+                p.engine.bytelog_threshold = n as u32;
             }
             "wb_order" => {
                 p.engine.wb_sorted = match v {
@@ -163,7 +184,8 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             // umount(8)'s helper of this mount, kept by mount(8) in its utab
             "uhelper" if v.is_some() => {}
             _ if k.starts_with("x-") => {}
-            "direct" if v.is_none() => p.direct = true,
+            "direct" if v.is_none() => p.direct = Some(true),
+            "nodirect" if v.is_none() => p.direct = Some(false),
             "threads" => {
                 let n = num(k, v)?;
                 if !(1..=64).contains(&n) {
@@ -217,7 +239,10 @@ pub(crate) fn serve(
         image,
         FileDeviceOptions {
             read_only: plan.engine.read_only,
-            direct: plan.direct,
+            direct: plan.direct.unwrap_or_else(|| {
+                use std::os::unix::fs::FileTypeExt;
+                std::fs::metadata(image).is_ok_and(|m| m.file_type().is_block_device())
+            }),
             lock: true,
         },
     )?;

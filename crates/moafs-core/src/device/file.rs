@@ -17,8 +17,10 @@
 //!   refused.
 //! * With `direct: true` the file is opened `O_DIRECT` to bypass the page cache (measurements
 //!   of the engine's own cache are then honest). O_DIRECT wants buffers, offsets and lengths
-//!   aligned to the logical block size; we use [`DIRECT_ALIGN`] (4096, safe for every common
-//!   device) and copy through an aligned bounce buffer, so callers never have to care. The
+//!   aligned to the logical block size: a block device's own (from sysfs; 512 on a loop
+//!   device, so that a 512-byte byte-log batch is one 512-byte request), else [`DIRECT_ALIGN`]
+//!   (4096, safe for every common device); we copy through an aligned bounce buffer, so
+//!   callers never have to care. The
 //!   bounce buffer is an over-allocated `Vec<u8>` sliced at an aligned address: no `unsafe`.
 //!   Requests that are not aligned are widened (read-modify-write for writes, which is not
 //!   atomic against a concurrent overlapping write); the engine only issues block-aligned
@@ -75,8 +77,20 @@ pub struct FileDevice {
     handle: Handle,
     size_bytes: u64,
     opts: FileDeviceOptions,
+    /// Alignment of `O_DIRECT` requests: a block device's logical block size, else 4096.
+    align: usize,
     is_block_device: bool,
     stats: DeviceStats,
+}
+
+/// A block device's logical block size, from sysfs (`/sys/dev/block/MAJ:MIN`).
+fn logical_block_size(meta: &std::fs::Metadata) -> Option<usize> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = meta.rdev();
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let path = format!("/sys/dev/block/{major}:{minor}/queue/logical_block_size");
+    let n: usize = std::fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    (n.is_power_of_two() && (512..=DIRECT_ALIGN).contains(&n)).then_some(n)
 }
 
 fn io_err(offset: u64, len: u64, source: io::Error) -> DeviceError {
@@ -94,7 +108,7 @@ fn open_err(path: &Path, source: io::Error) -> DeviceError {
     }
 }
 
-/// A zeroed buffer of `len` bytes whose start is aligned to [`DIRECT_ALIGN`].
+/// A zeroed buffer of `len` bytes whose start is aligned to `align` bytes.
 struct Bounce {
     storage: Vec<u8>,
     start: usize,
@@ -102,10 +116,10 @@ struct Bounce {
 }
 
 impl Bounce {
-    fn new(len: usize) -> Self {
-        let storage = vec![0u8; len + DIRECT_ALIGN];
+    fn new(len: usize, align: usize) -> Self {
+        let storage = vec![0u8; len + align];
         let addr = storage.as_ptr() as usize;
-        let start = (DIRECT_ALIGN - addr % DIRECT_ALIGN) % DIRECT_ALIGN;
+        let start = (align - addr % align) % align;
         Bounce {
             storage,
             start,
@@ -143,6 +157,11 @@ impl FileDevice {
         } else {
             meta.len()
         };
+        let align = if is_block_device {
+            logical_block_size(&meta).unwrap_or(DIRECT_ALIGN)
+        } else {
+            DIRECT_ALIGN
+        };
         if opts.direct {
             size_bytes -= size_bytes % DIRECT_ALIGN as u64;
         }
@@ -163,6 +182,7 @@ impl FileDevice {
             handle,
             size_bytes,
             opts,
+            align,
             is_block_device,
             stats: DeviceStats::default(),
         })
@@ -213,10 +233,10 @@ impl FileDevice {
     /// Reads the aligned range covering `[offset, offset+len)` into a bounce buffer; returns
     /// the buffer and the position of `offset` inside it.
     fn direct_read_covering(&self, offset: u64, len: usize) -> io::Result<(Bounce, usize)> {
-        let align = DIRECT_ALIGN as u64;
+        let align = self.align as u64;
         let start = offset - offset % align;
         let end = (offset + len as u64).div_ceil(align) * align;
-        let mut bounce = Bounce::new((end - start) as usize);
+        let mut bounce = Bounce::new((end - start) as usize, self.align);
         self.file().read_exact_at(bounce.buf(), start)?;
         Ok((bounce, (offset - start) as usize))
     }
@@ -224,9 +244,9 @@ impl FileDevice {
     /// Writes `data` at `offset` through an aligned bounce buffer (one `pwrite` when aligned).
     fn direct_write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         let aligned =
-            offset.is_multiple_of(DIRECT_ALIGN as u64) && data.len().is_multiple_of(DIRECT_ALIGN);
+            offset.is_multiple_of(self.align as u64) && data.len().is_multiple_of(self.align);
         let (mut bounce, pos) = if aligned {
-            (Bounce::new(data.len()), 0)
+            (Bounce::new(data.len(), self.align), 0)
         } else {
             self.direct_read_covering(offset, data.len())?
         };

@@ -1,4 +1,4 @@
-//! The on-disk format, version 1. `docs/FORMAT.md` is the byte-by-byte specification; this
+//! The on-disk format, version 2. `docs/FORMAT.md` is the byte-by-byte specification; this
 //! module is its only implementation (shared by mkfs, the engine, fsck and inspect).
 //!
 //! All integers are little-endian. Every metadata block carries a crc32c: the superblock,
@@ -6,6 +6,7 @@
 //! own; the two bitmaps of a group are covered by crcs kept in the group header. Decoders never
 //! panic on bad bytes: they return `FsError::Corrupt` naming the structure and block.
 
+pub mod bytelog;
 mod dir;
 pub mod fuzzing;
 mod geometry;
@@ -20,8 +21,8 @@ pub use geometry::Geometry;
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};
 pub use superblock::{
-    Superblock, FEATURE_JOURNAL, FEATURE_LARGE_XATTR, FORMAT_VERSION, SB_CRC_AT, SB_MAGIC,
-    STATE_CLEAN, STATE_MOUNTED,
+    Superblock, FEATURE_BYTELOG, FEATURE_JOURNAL, FEATURE_LARGE_XATTR, FORMAT_VERSION,
+    FORMAT_VERSION_MIN, SB_CRC_AT, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED,
 };
 pub use xattr::{
     XattrBlock, XattrHead, XATTR_CONT_MAGIC, XATTR_LARGE_MAGIC, XATTR_MAGIC, XATTR_MAX_BLOCKS,

@@ -4,8 +4,12 @@ use super::{get_u32, get_u64, put_u32, put_u64, seal, verify};
 use crate::error::{FsError, FsResult};
 
 pub const SB_MAGIC: &[u8; 8] = b"MOAFS\0v1";
-/// Disk-format version, independent of the crate version.
-pub const FORMAT_VERSION: u32 = 1;
+/// Disk-format version, independent of the crate version. Version 2 added the byte log
+/// (`bytelog_*` fields, [`FEATURE_BYTELOG`]); version 1 images are read as version 2 images
+/// without one (their bytes 176..252 are zero) and stay version 1.
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest disk-format version this code reads.
+pub const FORMAT_VERSION_MIN: u32 = 1;
 /// `state`: cleanly unmounted.
 pub const STATE_CLEAN: u32 = 1;
 /// `state`: mounted (or the last mount did not end cleanly).
@@ -15,6 +19,9 @@ pub const FEATURE_JOURNAL: u64 = 1;
 /// `features_incompat`: some inode's extended attributes span several blocks ("MXAL" head and
 /// "MXAC" continuations, FORMAT.md section 8); a reader that knows only "MXAT" must refuse.
 pub const FEATURE_LARGE_XATTR: u64 = 2;
+/// `features_incompat`: the image has a byte log (`bytelog_*`, FORMAT.md section 13) whose
+/// records a reader must apply after the journal.
+pub const FEATURE_BYTELOG: u64 = 4;
 /// The superblock's encoded fields occupy the first 256 bytes of its block; the crc is at 252.
 pub const SB_CRC_AT: usize = 252;
 
@@ -42,6 +49,15 @@ pub struct Superblock {
     pub journal_blocks: u32,
     /// Sequence number of the last journal transaction written.
     pub journal_seq: u64,
+    /// First block of the byte log (in group 0, after the journal); 0 without one.
+    pub bytelog_start: u64,
+    pub bytelog_blocks: u32,
+    /// Where the byte log's records not yet covered by a commit begin: a 512-byte sector
+    /// index within the byte log.
+    pub bytelog_tail: u32,
+    /// Every byte-log record with this sequence number or a lower one is in the home blocks
+    /// (or the journal) as of the commit this superblock belongs to.
+    pub bytelog_floor: u64,
 }
 
 impl Superblock {
@@ -69,6 +85,10 @@ impl Superblock {
         put_u64(&mut b, 152, self.journal_start);
         put_u32(&mut b, 160, self.journal_blocks);
         put_u64(&mut b, 168, self.journal_seq);
+        put_u64(&mut b, 176, self.bytelog_start);
+        put_u32(&mut b, 184, self.bytelog_blocks);
+        put_u32(&mut b, 188, self.bytelog_tail);
+        put_u64(&mut b, 192, self.bytelog_floor);
         seal(&mut b[..256], SB_CRC_AT, 0);
         b
     }
@@ -102,8 +122,12 @@ impl Superblock {
             journal_start: get_u64(b, 152),
             journal_blocks: get_u32(b, 160),
             journal_seq: get_u64(b, 168),
+            bytelog_start: get_u64(b, 176),
+            bytelog_blocks: get_u32(b, 184),
+            bytelog_tail: get_u32(b, 188),
+            bytelog_floor: get_u64(b, 192),
         };
-        if sb.format_version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&sb.format_version) {
             return Err(FsError::UnsupportedVersion {
                 found: sb.format_version,
                 supported: FORMAT_VERSION,
@@ -115,6 +139,25 @@ impl Superblock {
 
     pub fn has_journal(&self) -> bool {
         self.features_incompat & FEATURE_JOURNAL != 0
+    }
+
+    pub fn has_bytelog(&self) -> bool {
+        self.features_incompat & FEATURE_BYTELOG != 0
+    }
+
+    /// The byte log's blocks, `start..end` (empty without one).
+    pub fn bytelog_range(&self) -> std::ops::Range<u64> {
+        self.bytelog_start..self.bytelog_start + self.bytelog_blocks as u64
+    }
+
+    /// The journal and the byte log after it: blocks that never hold file data or metadata.
+    pub fn log_range(&self) -> std::ops::Range<u64> {
+        let end = if self.has_bytelog() {
+            self.bytelog_range().end
+        } else {
+            self.journal_range().end
+        };
+        self.journal_start..end
     }
 
     /// The journal's blocks, `start..end` (empty without a journal).
@@ -141,7 +184,8 @@ impl Superblock {
         {
             return bad("inodes per group out of range");
         }
-        if self.features_incompat & !(FEATURE_JOURNAL | FEATURE_LARGE_XATTR) != 0 {
+        if self.features_incompat & !(FEATURE_JOURNAL | FEATURE_LARGE_XATTR | FEATURE_BYTELOG) != 0
+        {
             return bad("unknown incompatible features");
         }
         if self.root_ino != 1 {
@@ -162,6 +206,26 @@ impl Superblock {
             }
         } else if self.journal_start != 0 || self.journal_blocks != 0 {
             return bad("journal fields set without the journal feature");
+        }
+        if self.has_bytelog() {
+            let sectors = self.bytelog_blocks as u64 * (self.block_size as u64 / 512);
+            if self.format_version < 2
+                || !self.has_journal()
+                || self.bytelog_blocks < 2
+                || self.bytelog_start < self.journal_start + self.journal_blocks as u64
+                || self.bytelog_start + self.bytelog_blocks as u64 > geo.group_len(0) as u64
+                || self.bytelog_tail as u64 >= sectors
+            {
+                return bad(
+                    "byte log outside group 0's data area, too small, or without a journal",
+                );
+            }
+        } else if self.bytelog_start != 0
+            || self.bytelog_blocks != 0
+            || self.bytelog_tail != 0
+            || self.bytelog_floor != 0
+        {
+            return bad("byte-log fields set without the byte-log feature");
         }
         Ok(())
     }

@@ -10,6 +10,48 @@ use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
+/// Which 128-byte units of a block changed: bit `k` covers bytes `128k..128k+128` (a
+/// 16 KiB block has 128 units).
+pub(crate) type Units = u128;
+/// The byte log's unit of change (paper 003 keeps 4 bytes per 4 KiB page: 128-byte units).
+pub(crate) const UNIT: usize = 128;
+
+/// The units `range` of a block touches.
+pub(crate) fn units_of(range: std::ops::Range<usize>) -> Units {
+    if range.is_empty() {
+        return 0;
+    }
+    let (a, b) = (range.start / UNIT, (range.end - 1) / UNIT);
+    let hi = if b >= 127 {
+        Units::MAX
+    } else {
+        (1 << (b + 1)) - 1
+    };
+    hi & !((1 << a) - 1)
+}
+
+/// The units in which `old` and `new` (one block each) differ.
+pub(crate) fn units_changed(old: &[u8], new: &[u8]) -> Units {
+    let mut u = 0;
+    for (k, (a, b)) in old.chunks(UNIT).zip(new.chunks(UNIT)).enumerate() {
+        if a != b {
+            u |= 1 << k;
+        }
+    }
+    u
+}
+
+/// What a write did to a block, for its map of changed units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// These units changed.
+    Units(Units),
+    /// A whole block arrived and no copy of its old contents was cached: which units
+    /// changed is found (by reading the old contents from home) only if the byte log wants
+    /// to know.
+    Unknown,
+}
+
 /// A cached file block.
 pub(crate) struct CBlock {
     /// Never changed in place: a new version is a new buffer, so a commit or write-behind can
@@ -22,6 +64,15 @@ pub(crate) struct CBlock {
     /// When it was last written (`CacheBook` stamps are unique): its place in the age order
     /// while clean.
     pub last_use: u64,
+    /// Dirty blocks: the units changed since the block was last written home (or taken by
+    /// a commit), and of those the ones no byte-log record holds yet. Clean blocks: zero.
+    pub changed: Units,
+    pub unlogged: Units,
+    /// `changed` is not known (all ones until the byte log resolves it).
+    pub unknown: bool,
+    /// Records of this block are in the byte log: the commit that takes it must not write
+    /// it in place before its transaction is durable (it journals it).
+    pub logged: bool,
 }
 
 /// Counts over every inode's cache, and the clean blocks oldest first.
@@ -109,20 +160,33 @@ impl BlockCache {
         idx: u64,
         data: Arc<[u8]>,
         reserve: bool,
+        change: Change,
     ) -> Put {
         let last_use = book.stamp();
-        let (was_dirty, had_reservation) = match self.map.get(&idx) {
-            Some(cb) => {
-                if !cb.dirty {
-                    book.clean.remove(&cb.last_use);
-                }
-                (cb.dirty, cb.reserved)
-            }
-            None => {
-                book.cached += 1;
-                (false, false)
-            }
+        let (delta, unknown) = match change {
+            Change::Units(u) => (u, false),
+            Change::Unknown => (Units::MAX, true),
         };
+        let (was_dirty, had_reservation, changed, unlogged, unknown, logged) =
+            match self.map.get(&idx) {
+                Some(cb) => {
+                    if !cb.dirty {
+                        book.clean.remove(&cb.last_use);
+                    }
+                    (
+                        cb.dirty,
+                        cb.reserved,
+                        cb.changed | delta,
+                        cb.unlogged | delta,
+                        cb.unknown || unknown,
+                        cb.logged,
+                    )
+                }
+                None => {
+                    book.cached += 1;
+                    (false, false, delta, delta, unknown, false)
+                }
+            };
         let reserved = reserve || had_reservation;
         let old = self.map.insert(
             idx,
@@ -131,6 +195,10 @@ impl BlockCache {
                 dirty: true,
                 reserved,
                 last_use,
+                changed,
+                unlogged,
+                unknown,
+                logged,
             },
         );
         if !was_dirty {
@@ -162,6 +230,10 @@ impl BlockCache {
     pub fn mark_clean(&mut self, book: &mut CacheBook, ino: u64, idx: u64) -> bool {
         let unreserved = self.unreserve(idx);
         if let Some(cb) = self.map.get_mut(&idx) {
+            cb.changed = 0;
+            cb.unlogged = 0;
+            cb.unknown = false;
+            cb.logged = false;
             if cb.dirty {
                 cb.dirty = false;
                 self.dirty.remove(&idx);
@@ -170,6 +242,29 @@ impl BlockCache {
             }
         }
         unreserved
+    }
+
+    /// The byte log found which units of dirty block `idx` changed since it was last home
+    /// (`changed`: it read the old contents), or logged them all (`changed: None`).
+    pub fn set_logged(&mut self, idx: u64, changed: Option<Units>) {
+        if let Some(cb) = self.map.get_mut(&idx) {
+            if let Some(c) = changed {
+                cb.changed = c;
+                cb.unknown = false;
+            }
+            cb.unlogged = 0;
+            cb.logged = true;
+        }
+    }
+
+    /// Which units of dirty block `idx` changed since it was last home is known now
+    /// (none of them logged).
+    pub fn set_changed(&mut self, idx: u64, changed: Units) {
+        if let Some(cb) = self.map.get_mut(&idx) {
+            cb.changed = changed;
+            cb.unlogged = changed;
+            cb.unknown = false;
+        }
     }
 
     /// Drops block `idx`; the caller returns its reservation (`reserved`) if it held one.
@@ -228,6 +323,14 @@ impl BlockCache {
             }
             if cb.reserved && !cb.dirty {
                 return Err(format!("inode {ino} block {idx}: clean but reserved"));
+            }
+            if !cb.dirty && (cb.changed != 0 || cb.unlogged != 0 || cb.unknown || cb.logged) {
+                return Err(format!("inode {ino} block {idx}: clean but changed units"));
+            }
+            if cb.unlogged & !cb.changed != 0 || (cb.unknown && cb.changed != Units::MAX) {
+                return Err(format!(
+                    "inode {ino} block {idx}: unlogged units outside the changed ones"
+                ));
             }
             if !cb.dirty && book.clean.get(&cb.last_use) != Some(&(ino, *idx)) {
                 return Err(format!(

@@ -354,23 +354,40 @@ impl Inner {
     /// transaction's share of the journal lasts.
     fn write_runs(&mut self, ino: u64, placed: &[(u64, u64, bool)]) -> FsResult<()> {
         let node = &self.inodes[&ino];
+        // Blocks with byte-log records: 1 when the records hold every change since the
+        // block was last home (a torn write in place is repaired by replaying them), 2 when
+        // not (the block must not be written in place before the transaction is durable: a
+        // crash then would replay the records onto bytes they do not cover).
+        let logged = |k: usize| match node.cache.get(&placed[k].1) {
+            Some(c) if c.logged && (c.unlogged != 0 || c.unknown) => 2,
+            Some(c) if c.logged => 1,
+            _ => 0,
+        };
         let mut i = 0;
         while i < placed.len() {
             let mut j = i + 1;
             while j < placed.len()
                 && placed[j].0 == placed[j - 1].0 + 1
                 && placed[j].2 == placed[i].2
+                && logged(j) == logged(i)
                 && j - i < 256
             {
                 j += 1;
             }
-            let journaled = match self.opts.journal {
-                JournalMode::Data => true,
-                JournalMode::Ordered => placed[i].2,
-                JournalMode::Writeback => false,
+            let journaled = match (self.opts.journal, logged(i)) {
+                // (the byte log is not used with journal=writeback)
+                (_, 1) => false,
+                (_, 2) => true,
+                (JournalMode::Data, _) => true,
+                (JournalMode::Ordered, _) => placed[i].2,
+                (JournalMode::Writeback, _) => false,
             };
-            if journaled && self.txn_data_budget >= (j - i) as u64 {
-                self.txn_data_budget -= (j - i) as u64;
+            // Blocks of kind 2 go into the transaction whatever its data share
+            // (`bytelog.rs` keeps them within a share of the journal of their own); runs
+            // hold blocks of one kind. Kind 1 goes home before the transaction, which the
+            // commit's ordering flush makes durable first.
+            if journaled && (logged(i) == 2 || self.txn_data_budget >= (j - i) as u64) {
+                self.txn_data_budget = self.txn_data_budget.saturating_sub((j - i) as u64);
                 for (phys, idx, _) in &placed[i..j] {
                     if let Some(c) = node.cache.get(idx) {
                         self.txn.push((*phys, c.data.to_vec()));
@@ -502,6 +519,8 @@ impl Inner {
                 if node.dirty {
                     node.dirty = false;
                     slots.push((*ino, node.d.clone()));
+                    node.saved = Some(node.d.clone());
+                    node.logged_times = super::node::times(&node.d);
                 }
             }
         }

@@ -5,6 +5,7 @@
 //! reported by `write` and never discovered at write-back. Reads of uncached blocks go to the
 //! device in physically contiguous runs, one request per run.
 
+use super::cache::{units_changed, units_of, Change, Units};
 use super::node::max_file_blocks;
 use super::{Inner, Timespec};
 use crate::device::BlockDevice;
@@ -133,10 +134,20 @@ impl Inner {
 
     /// Puts `data` as the new dirty contents of block `idx`.
     /// `reserved`: the caller took a reservation for it (`needs_reservation`).
-    fn put_dirty(&mut self, ino: u64, idx: u64, data: Arc<[u8]>, reserved: bool) -> FsResult<()> {
+    /// `change`: which units changed (for the byte log).
+    fn put_dirty(
+        &mut self,
+        ino: u64,
+        idx: u64,
+        data: Arc<[u8]>,
+        reserved: bool,
+        change: Change,
+    ) -> FsResult<()> {
         self.inode(ino)?;
         let node = self.inodes.get_mut(&ino).expect("loaded above");
-        let put = node.cache.put_dirty(&mut self.book, idx, data, reserved);
+        let put = node
+            .cache
+            .put_dirty(&mut self.book, idx, data, reserved, change);
         if put.first_dirty {
             self.dirty_order.push(ino);
         }
@@ -188,21 +199,28 @@ impl Inner {
             let hi = end.min(bstart + bs);
             let src = &data[(lo - offset) as usize..(hi - offset) as usize];
             let at = (lo - bstart) as usize..(hi - bstart) as usize;
-            let buf = if lo == bstart && hi == bstart + bs {
-                // A whole block: one copy, straight from the request.
+            let (buf, change) = if lo == bstart && hi == bstart + bs {
+                // A whole block: one copy, straight from the request. (The FUSE writeback
+                // cache sends whole pages: what changed is found by comparing them with the
+                // cached copy, for the byte log.)
                 let mut buf = self.new_block();
                 Arc::make_mut(&mut buf).copy_from_slice(src);
-                buf
+                let change = self.whole_block_change(ino, idx, newly, src)?;
+                (buf, change)
             } else if bstart >= size {
                 let mut buf = self.new_block();
                 let b = Arc::make_mut(&mut buf);
                 b.fill(0);
                 b[at].copy_from_slice(src);
-                buf
+                (buf, Change::Units(Units::MAX))
             } else {
-                self.edited_block(ino, idx, |b| b[at].copy_from_slice(src))?
+                let change = Change::Units(units_of(at.clone()));
+                (
+                    self.edited_block(ino, idx, |b| b[at].copy_from_slice(src))?,
+                    change,
+                )
             };
-            self.put_dirty(ino, idx, buf, newly)?;
+            self.put_dirty(ino, idx, buf, newly, change)?;
         }
         let now = Timespec::now().pair();
         let kernel_times = self.opts.kernel_times;
@@ -215,6 +233,25 @@ impl Inner {
         node.dirty = true;
         self.after_dirtying()?;
         Ok(data.len() as u32)
+    }
+
+    /// Which units a whole-block write of `src` to block `idx` changes: the difference
+    /// from the cached copy; `Unknown` for a block on disk without one (found later, if
+    /// the byte log wants it); all of them for a new block, or with the byte log off.
+    fn whole_block_change(
+        &mut self,
+        ino: u64,
+        idx: u64,
+        newly: bool,
+        src: &[u8],
+    ) -> FsResult<Change> {
+        if !self.opts.bytelog || newly {
+            return Ok(Change::Units(Units::MAX));
+        }
+        if let Some(cb) = self.inode(ino)?.cache.get(&idx) {
+            return Ok(Change::Units(units_changed(&cb.data, src)));
+        }
+        Ok(Change::Unknown)
     }
 
     /// Cache pressure on the write path (the dirty threshold is `Fs`'s: writers above it
@@ -358,10 +395,12 @@ impl Inner {
             if !new_size.is_multiple_of(bs) {
                 // Bytes past EOF inside the last block must read as zeros if the file grows.
                 let idx = new_size / bs;
-                let buf = self.edited_block(ino, idx, |b| b[(new_size % bs) as usize..].fill(0))?;
+                let tail = (new_size % bs) as usize..bs as usize;
+                let change = Change::Units(units_of(tail.clone()));
+                let buf = self.edited_block(ino, idx, |b| b[tail].fill(0))?;
                 let newly = self.needs_reservation(ino, idx)?;
                 self.reserve_for(ino, idx, newly as u64)?;
-                self.put_dirty(ino, idx, buf, newly)?;
+                self.put_dirty(ino, idx, buf, newly, change)?;
             }
         }
         let node = self.inode(ino)?;
@@ -415,7 +454,7 @@ impl Inner {
         let zero: Arc<[u8]> = Arc::from(vec![0u8; bs as usize]);
         for batch in holes.chunks(4096) {
             for &idx in batch {
-                self.put_dirty(ino, idx, zero.clone(), true)?;
+                self.put_dirty(ino, idx, zero.clone(), true, Change::Units(Units::MAX))?;
             }
             self.between_batches()?;
         }
@@ -451,6 +490,7 @@ impl Inner {
             let cached = self.inode(ino)?.cache.contains_key(&idx);
             if phys != 0 || cached {
                 let at = (pos - bstart) as usize..(hi - bstart) as usize;
+                let change = Change::Units(units_of(at.clone()));
                 let buf = if at.len() == bs as usize {
                     zero.clone()
                 } else {
@@ -458,7 +498,7 @@ impl Inner {
                 };
                 let newly = self.needs_reservation(ino, idx)?;
                 self.reserve_for(ino, idx, newly as u64)?;
-                self.put_dirty(ino, idx, buf, newly)?;
+                self.put_dirty(ino, idx, buf, newly, change)?;
                 batch += 1;
                 if batch % 4096 == 0 {
                     self.between_batches()?;

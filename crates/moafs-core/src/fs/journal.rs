@@ -285,8 +285,10 @@ pub struct Replay {
     pub last_seq: u64,
     /// Transactions re-applied.
     pub transactions: usize,
-    /// Home block → image after all replayed transactions.
+    /// Home block → image after all replayed transactions and byte-log records.
     pub blocks: BTreeMap<u64, Vec<u8>>,
+    /// The byte log's records applied after the transactions.
+    pub bytelog: super::ByteLogReplay,
 }
 
 /// A valid transaction found in the journal.
@@ -349,7 +351,7 @@ fn read_txn(
                 ),
             ));
         }
-        if t.target >= sb.total_blocks || sb.journal_range().contains(&t.target) {
+        if t.target >= sb.total_blocks || sb.log_range().contains(&t.target) {
             return Err(FsError::corrupt(
                 "journal",
                 at(k),
@@ -368,8 +370,28 @@ fn read_txn(
     }))
 }
 
-/// Finds the transactions a replay must re-apply (reads only).
+/// Finds the transactions a replay must re-apply, then the byte-log records above the floor
+/// of the superblock they leave (reads only).
 pub fn plan_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
+    let mut out = plan_journal_replay(dev, sb)?;
+    let after = match out.blocks.get(&0) {
+        Some(b) => Superblock::decode(b, 0)?,
+        None => sb.clone(),
+    };
+    out.bytelog = super::plan_bytelog_replay(dev, &after, &mut out.blocks)?;
+    if out.bytelog.records > 0 {
+        // The superblock as replay leaves it: the journal and the records applied.
+        let mut done = after;
+        done.journal_seq = done.journal_seq.max(out.last_seq);
+        done.bytelog_floor = out.bytelog.last_seq;
+        done.bytelog_tail = 0;
+        out.blocks.insert(0, done.encode(done.block_size));
+    }
+    Ok(out)
+}
+
+/// The journal's part of [`plan_replay`].
+fn plan_journal_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
     let mut out = Replay::default();
     if !sb.has_journal() {
         return Ok(out);
@@ -449,14 +471,21 @@ pub fn replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
         return Ok(r);
     }
     let bs = sb.block_size as u64;
-    for (b, d) in &r.blocks {
+    // Everything but the superblock first: once it says the journal and the records are
+    // home (when records were applied), a crash must not find them half written.
+    for (b, d) in r.blocks.range(1..) {
         dev.write_at(b * bs, d)?;
     }
     dev.flush()?;
+    if let Some(d) = r.blocks.get(&0) {
+        dev.write_at(0, d)?;
+        dev.flush()?;
+    }
     log::info!(
-        "journal: replayed {} transaction(s) up to {} ({} blocks)",
+        "journal: replayed {} transaction(s) up to {} and {} byte-log record(s) ({} blocks)",
         r.transactions,
         r.last_seq,
+        r.bytelog.records,
         r.blocks.len()
     );
     Ok(r)

@@ -17,6 +17,8 @@ pub mod acl;
 mod alloc;
 pub(crate) use alloc::free_extents;
 mod behind;
+mod bytelog;
+pub use bytelog::{plan_bytelog_replay, read_live_records, ByteLogReplay, RecordTarget};
 mod cache;
 mod commit;
 mod cowrite;
@@ -62,6 +64,8 @@ pub(crate) struct Inner {
     pub io_gate: Arc<RwLock<()>>,
     /// The journal (None on images made without one).
     pub journal: Option<journal::Journal>,
+    /// The byte log (None on images made without one, and on read-only mounts).
+    pub bytelog: Option<bytelog::ByteLog>,
     /// Blocks of the transaction being built by a commit: (home block, image).
     pub txn: Vec<(u64, Vec<u8>)>,
     /// `journal=data`: data blocks the current transaction may still carry.
@@ -209,6 +213,11 @@ impl Fs {
                 pending_prev_inodes: Vec::new(),
             },
             journal: journal::Journal::new(&sb, last_seq),
+            bytelog: if opts.read_only {
+                None
+            } else {
+                bytelog::ByteLog::new(&sb, 0)
+            },
             txn: Vec::new(),
             txn_data_budget: 0,
             replaced_by_rename: false,
@@ -595,6 +604,9 @@ impl Fs {
     /// system): returns after the device flush of the commit that took the changes.
     /// Concurrent fsyncs share one commit; nothing unsaved and no commit in flight: at once.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
+        if self.fsync_bytelog(ino)? {
+            return Ok(());
+        }
         let (epoch, batch) = {
             let mut g = self.lock();
             g.inode(ino)?;
@@ -849,6 +861,12 @@ impl Inner {
         self.sb.last_write_sec = Timespec::now().sec as u64;
         if let Some(j) = &self.journal {
             self.sb.journal_seq = j.seq;
+        }
+        if let Some(l) = self.bytelog.as_mut() {
+            // A commit's superblock (or one written at mount or unmount, with everything
+            // home) covers every record so far; only one commit or byte-log job runs at a
+            // time, so none is written before this one is durable.
+            l.covered(&mut self.sb);
         }
         let bytes = self.sb.encode(geo.block_size);
         let mut v = vec![(0, bytes.clone())];

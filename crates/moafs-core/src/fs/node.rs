@@ -25,11 +25,20 @@ pub(crate) struct Inode {
     /// The directory this file was last created, linked, renamed or looked up in (0: not
     /// known; in memory only): co-writing groups dirty small files by it.
     pub parent_hint: u64,
+    /// The inode as the last commit wrote it (or as read from disk); None for an inode no
+    /// commit has written yet. The byte log serves an fsync only when nothing but the times
+    /// differs from it.
+    pub saved: Option<DiskInode>,
+    /// The times (atime, mtime, ctime) durable by the last commit or byte-log record.
+    pub logged_times: [(i64, u32); 3],
 }
 
 impl Inode {
-    pub fn new(d: DiskInode) -> Inode {
+    /// An inode read from disk (`saved`) or made in memory.
+    pub fn new(d: DiskInode, saved: bool) -> Inode {
         Inode {
+            saved: saved.then(|| d.clone()),
+            logged_times: times(&d),
             d,
             dirty: false,
             lookups: 0,
@@ -56,6 +65,11 @@ impl Inode {
     pub fn kind_mode(&self) -> u32 {
         self.d.mode & libc::S_IFMT
     }
+}
+
+/// An inode's (atime, mtime, ctime).
+pub(crate) fn times(d: &DiskInode) -> [(i64, u32); 3] {
+    [d.atime, d.mtime, d.ctime]
 }
 
 /// A cached indirect block.
@@ -109,7 +123,7 @@ impl Inner {
             if d.is_free() {
                 return Err(FsError::Stale { ino });
             }
-            self.inodes.insert(ino, Inode::new(d));
+            self.inodes.insert(ino, Inode::new(d, true));
         }
         // Every change of an inode comes through here: the next commit looks at these only.
         self.touched.insert(ino);

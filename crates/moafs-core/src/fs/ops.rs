@@ -228,7 +228,7 @@ impl Inner {
             parent: if is_dir { parent } else { 0 },
             ..Default::default()
         };
-        let mut node = Inode::new(d);
+        let mut node = Inode::new(d, false);
         node.dirty = true;
         node.lookups = self.opts.kernel_lookups as u64;
         node.parent_hint = parent;

@@ -260,6 +260,15 @@ pub struct MountOptions {
     /// the user of `Fs` (the FUSE adapter starts one) does this; in-process users without it
     /// see no difference.
     pub write_behind_bytes: u64,
+    /// Two-level logging (paper 003): an fsync of a file whose only changes are small
+    /// overwrites of blocks already on disk (and its times) logs the bytes that changed to
+    /// the byte log instead of committing the file system (`docs/SEMANTICS.md`). Off: every
+    /// fsync commits (the baseline). Needs an image with a byte log and `journal=ordered`
+    /// or `data`.
+    pub bytelog: bool,
+    /// A block goes to the byte log only while fewer than this many of its bytes (counted in
+    /// 128-byte units) changed since it was last logged or written home (the paper's 2048).
+    pub bytelog_threshold: u32,
 }
 
 impl MountOptions {
@@ -307,6 +316,8 @@ impl Default for MountOptions {
             cowrite_max: 128 << 10,
             wb_sorted: true,
             write_behind_bytes: 16 << 20,
+            bytelog: true,
+            bytelog_threshold: 2048,
         }
     }
 }
@@ -316,6 +327,17 @@ impl Default for MountOptions {
 #[serde(default)]
 pub struct EngineCounters {
     pub commits: u64,
+    /// fsyncs served by the byte log (no commit), the records and sectors they wrote, the
+    /// bytes of file data those records carried, and blocks whose old contents were read
+    /// to find what changed (no copy was cached).
+    pub bytelog_fsyncs: u64,
+    pub bytelog_records: u64,
+    pub bytelog_sectors: u64,
+    pub bytelog_data_bytes: u64,
+    pub bytelog_home_reads: u64,
+    /// fsyncs that wanted the byte log but committed: a change it cannot log, a block
+    /// above the threshold, or no room left in the log.
+    pub bytelog_fallbacks: u64,
     pub data_blocks_written: u64,
     pub data_write_ios: u64,
     /// Of `data_blocks_written`, those written by write-behind (between commits).
@@ -356,6 +378,12 @@ impl EngineCounters {
     pub fn since(&self, e: &EngineCounters) -> EngineCounters {
         EngineCounters {
             commits: self.commits.saturating_sub(e.commits),
+            bytelog_fsyncs: self.bytelog_fsyncs.saturating_sub(e.bytelog_fsyncs),
+            bytelog_records: self.bytelog_records.saturating_sub(e.bytelog_records),
+            bytelog_sectors: self.bytelog_sectors.saturating_sub(e.bytelog_sectors),
+            bytelog_data_bytes: self.bytelog_data_bytes.saturating_sub(e.bytelog_data_bytes),
+            bytelog_home_reads: self.bytelog_home_reads.saturating_sub(e.bytelog_home_reads),
+            bytelog_fallbacks: self.bytelog_fallbacks.saturating_sub(e.bytelog_fallbacks),
             data_blocks_written: self
                 .data_blocks_written
                 .saturating_sub(e.data_blocks_written),

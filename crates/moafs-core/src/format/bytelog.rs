@@ -1,0 +1,279 @@
+//! The byte log (two-level logging, paper 003): small updates of file blocks logged as the
+//! bytes that changed, not as whole blocks. `docs/FORMAT.md` section 13 specifies every byte.
+//!
+//! The byte log is a ring of 512-byte sectors in group 0, after the journal. A sync writes
+//! one *batch*: a header and its records, padded to whole sectors, starting on a sector
+//! boundary, in one request; a batch's sectors are never rewritten while its records are
+//! live, so an acknowledged record cannot be torn by a later sync. Records carry consecutive
+//! sequence numbers across batches; a batch is valid only if its crc and every record's crc
+//! hold, so a torn batch (a sync that never returned) is simply not there.
+
+use super::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
+use crate::error::{FsError, FsResult};
+
+/// The unit the byte log is written in: the logical sector of the devices moafs runs on.
+pub const LOG_SECTOR: usize = 512;
+pub const BATCH_MAGIC: &[u8; 4] = b"MBLG";
+pub const BATCH_HEADER: usize = 32;
+pub const RECORD_HEADER: usize = 56;
+/// Record kind: `length` bytes at `offset` of logical block `block` of inode `ino`, whose
+/// home is block `home`.
+pub const KIND_BYTES: u16 = 1;
+/// Record kind: the access, modification and change times of inode `ino` (36 bytes).
+pub const KIND_TIMES: u16 = 2;
+pub const TIMES_LEN: usize = 36;
+
+/// One record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub seq: u64,
+    pub ino: u64,
+    pub body: RecordBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordBody {
+    Bytes {
+        block: u64,
+        home: u64,
+        offset: u32,
+        data: Vec<u8>,
+    },
+    /// atime, mtime, ctime as (seconds, nanoseconds).
+    Times([(i64, u32); 3]),
+}
+
+impl Record {
+    /// Bytes the record takes in a batch (header, payload, padding to 8).
+    pub fn encoded_len(&self) -> usize {
+        RECORD_HEADER + self.payload_len().next_multiple_of(8)
+    }
+    fn payload_len(&self) -> usize {
+        match &self.body {
+            RecordBody::Bytes { data, .. } => data.len(),
+            RecordBody::Times(_) => TIMES_LEN,
+        }
+    }
+    fn encode_into(&self, b: &mut [u8]) {
+        let len = self.encoded_len();
+        let b = &mut b[..len];
+        b.fill(0);
+        put_u32(b, 0, len as u32);
+        put_u64(b, 8, self.seq);
+        put_u64(b, 16, self.ino);
+        match &self.body {
+            RecordBody::Bytes {
+                block,
+                home,
+                offset,
+                data,
+            } => {
+                put_u16(b, 4, KIND_BYTES);
+                put_u64(b, 24, *block);
+                put_u64(b, 32, *home);
+                put_u32(b, 40, *offset);
+                put_u32(b, 44, data.len() as u32);
+                b[RECORD_HEADER..RECORD_HEADER + data.len()].copy_from_slice(data);
+            }
+            RecordBody::Times(t) => {
+                put_u16(b, 4, KIND_TIMES);
+                put_u32(b, 44, TIMES_LEN as u32);
+                for (i, (s, ns)) in t.iter().enumerate() {
+                    put_u64(b, RECORD_HEADER + i * 12, *s as u64);
+                    put_u32(b, RECORD_HEADER + i * 12 + 8, *ns);
+                }
+            }
+        }
+        let crc = super::crc_with_hole(b, 48, self.seq);
+        put_u32(b, 48, crc);
+    }
+
+    /// Decodes the record at the start of `b`; None if it is not a valid record.
+    fn decode(b: &[u8], block_size: u32) -> Option<(Record, usize)> {
+        if b.len() < RECORD_HEADER {
+            return None;
+        }
+        let len = get_u32(b, 0) as usize;
+        let plen = get_u32(b, 44) as usize;
+        if len < RECORD_HEADER || len > b.len() || len != RECORD_HEADER + plen.next_multiple_of(8) {
+            return None;
+        }
+        let seq = get_u64(b, 8);
+        if super::crc_with_hole(&b[..len], 48, seq) != get_u32(b, 48) {
+            return None;
+        }
+        let ino = get_u64(b, 16);
+        let payload = &b[RECORD_HEADER..RECORD_HEADER + plen];
+        let body = match get_u16(b, 4) {
+            KIND_BYTES => {
+                let offset = get_u32(b, 40);
+                if plen == 0 || offset as usize + plen > block_size as usize {
+                    return None;
+                }
+                RecordBody::Bytes {
+                    block: get_u64(b, 24),
+                    home: get_u64(b, 32),
+                    offset,
+                    data: payload.to_vec(),
+                }
+            }
+            KIND_TIMES if plen == TIMES_LEN => {
+                let t = |i: usize| {
+                    (
+                        get_u64(payload, i * 12) as i64,
+                        get_u32(payload, i * 12 + 8),
+                    )
+                };
+                RecordBody::Times([t(0), t(1), t(2)])
+            }
+            _ => return None,
+        };
+        Some((Record { seq, ino, body }, len))
+    }
+}
+
+/// Salt of byte-log crcs: the file system's uuid (as the journal's) and the batch's sector.
+pub fn batch_salt(uuid: &[u8; 16], sector: u64) -> u64 {
+    super::journal::journal_salt(uuid) ^ sector.rotate_left(32)
+}
+
+/// Encodes `records` (consecutive sequence numbers) as a batch to be written at `sector`:
+/// whole sectors.
+pub fn encode_batch(records: &[Record], salt: u64) -> Vec<u8> {
+    let bytes = BATCH_HEADER + records.iter().map(Record::encoded_len).sum::<usize>();
+    let sectors = bytes.div_ceil(LOG_SECTOR);
+    let mut b = vec![0u8; sectors * LOG_SECTOR];
+    b[0..4].copy_from_slice(BATCH_MAGIC);
+    put_u32(&mut b, 4, records.len() as u32);
+    put_u64(&mut b, 8, records.first().map_or(0, |r| r.seq));
+    put_u32(&mut b, 16, bytes as u32);
+    put_u32(&mut b, 20, sectors as u32);
+    let mut at = BATCH_HEADER;
+    for r in records {
+        r.encode_into(&mut b[at..]);
+        at += r.encoded_len();
+    }
+    let crc = super::crc_with_hole(&b[..bytes], 28, salt);
+    put_u32(&mut b, 28, crc);
+    b
+}
+
+/// Sectors a batch of `records` takes.
+pub fn batch_sectors(records: &[Record]) -> usize {
+    (BATCH_HEADER + records.iter().map(Record::encoded_len).sum::<usize>()).div_ceil(LOG_SECTOR)
+}
+
+/// A batch's header, read from its first sector: (first sequence number, sectors), if it
+/// looks like one (the crc is checked by [`decode_batch`] over all its sectors).
+pub fn batch_header(b: &[u8]) -> Option<(u64, usize)> {
+    if b.len() < BATCH_HEADER || &b[0..4] != BATCH_MAGIC {
+        return None;
+    }
+    let sectors = get_u32(b, 20) as usize;
+    let bytes = get_u32(b, 16) as usize;
+    if sectors == 0 || bytes < BATCH_HEADER || bytes.div_ceil(LOG_SECTOR) != sectors {
+        return None;
+    }
+    Some((get_u64(b, 8), sectors))
+}
+
+/// Decodes a whole batch (`b`: its sectors). `Ok(None)`: not a valid batch (torn, stale or
+/// never written). A valid batch whose records this version cannot read is an error.
+pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Vec<Record>>> {
+    let Some((seq, sectors)) = batch_header(b) else {
+        return Ok(None);
+    };
+    let bytes = get_u32(b, 16) as usize;
+    if b.len() < sectors * LOG_SECTOR
+        || super::crc_with_hole(&b[..bytes], 28, salt) != get_u32(b, 28)
+    {
+        return Ok(None);
+    }
+    let count = get_u32(b, 4) as usize;
+    let mut out = Vec::with_capacity(count);
+    let mut at = BATCH_HEADER;
+    for k in 0..count {
+        let Some((r, len)) = Record::decode(&b[at..bytes], block_size) else {
+            return Err(FsError::corrupt(
+                "byte log",
+                0,
+                format!("batch of records {seq}.. has a record ({k}) this version cannot read"),
+            ));
+        };
+        if r.seq != seq + k as u64 {
+            return Err(FsError::corrupt(
+                "byte log",
+                0,
+                format!("batch of records {seq}.. holds record {} at {k}", r.seq),
+            ));
+        }
+        out.push(r);
+        at += len;
+    }
+    if at != bytes {
+        return Ok(None);
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Record> {
+        vec![
+            Record {
+                seq: 7,
+                ino: 12,
+                body: RecordBody::Bytes {
+                    block: 3,
+                    home: 900,
+                    offset: 128,
+                    data: vec![0xab; 130],
+                },
+            },
+            Record {
+                seq: 8,
+                ino: 12,
+                body: RecordBody::Times([(1, 2), (3, 4), (-5, 6)]),
+            },
+        ]
+    }
+
+    #[test]
+    fn batch_round_trip() {
+        let recs = sample();
+        let b = encode_batch(&recs, 99);
+        assert_eq!(b.len() % LOG_SECTOR, 0);
+        assert_eq!(b.len() / LOG_SECTOR, batch_sectors(&recs));
+        assert_eq!(batch_header(&b), Some((7, 1)));
+        assert_eq!(decode_batch(&b, 99, 4096).unwrap(), Some(recs));
+        // another place (salt) or any flipped byte: not a batch
+        assert_eq!(decode_batch(&b, 98, 4096).unwrap(), None);
+        for i in [0usize, 9, 40, 100, 250] {
+            let mut c = b.clone();
+            c[i] ^= 1;
+            assert!(
+                !matches!(decode_batch(&c, 99, 4096), Ok(Some(_))),
+                "byte {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn records_that_overrun_the_block_are_refused() {
+        let r = Record {
+            seq: 1,
+            ino: 2,
+            body: RecordBody::Bytes {
+                block: 0,
+                home: 50,
+                offset: 4000,
+                data: vec![1; 200],
+            },
+        };
+        let b = encode_batch(&[r], 5);
+        assert!(decode_batch(&b, 5, 4096).is_err());
+        assert!(decode_batch(&b, 5, 16384).unwrap().is_some());
+    }
+}

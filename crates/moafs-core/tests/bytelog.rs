@@ -1,0 +1,274 @@
+//! Two-level logging (issue 17): the per-file fsync path and the byte log, in-process.
+//! Crash states of every kind are the crash harness's (`crash.rs`, workload `smallupdates`);
+//! these tests check what the path does and does not take, and recovery by hand.
+
+mod common;
+use moafs_core::device::{BlockDevice, CutMode, FaultConfig, FaultDevice, MemDevice};
+use moafs_core::fs::{JournalMode, MountOptions, SetAttr, ROOT_INO};
+use moafs_core::Fs;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+
+const BS: usize = 4096;
+
+/// A file system on a fault device (for crash images), with a file of `len` bytes of
+/// pattern made durable by a commit.
+fn setup(opts: MountOptions, len: usize) -> (Arc<FaultDevice>, Fs, u64, Vec<u8>) {
+    let mem = common::new_dev(64 << 20);
+    let fault = Arc::new(FaultDevice::new(
+        mem as Arc<dyn BlockDevice>,
+        FaultConfig::default(),
+    ));
+    let fs = Fs::mount(fault.clone() as Arc<dyn BlockDevice>, opts).expect("mount");
+    let ino = fs
+        .create(ROOT_INO, b"f", 0o644, common::ME)
+        .expect("create")
+        .ino;
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+    fs.write(ino, 0, &data).expect("write");
+    fs.sync().expect("sync");
+    (fault, fs, ino, data)
+}
+
+fn opts() -> MountOptions {
+    MountOptions {
+        flush_interval_ms: u64::MAX,
+        ..MountOptions::default()
+    }
+}
+
+/// Mounts a crash image and reads the file back.
+fn recover(image: Vec<u8>, ino: u64, len: usize) -> (Fs, Vec<u8>) {
+    let dev = Arc::new(MemDevice::from_bytes(image));
+    let r = moafs_core::fsck::fsck(dev.as_ref(), false).expect("fsck runs");
+    assert!(
+        r.errors.is_empty(),
+        "fsck -n of the crash image: {:#?}",
+        r.errors
+    );
+    let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
+    let got = fs.read(ino, 0, len as u32).expect("read");
+    (fs, got)
+}
+
+#[test]
+fn small_overwrites_are_logged_not_committed_and_survive_a_power_cut() {
+    // 32 blocks: within the share of the journal (256 blocks on 64 MiB) that logged blocks
+    // may take before a commit must write them
+    let (fault, fs, ino, mut model) = setup(opts(), 32 * BS);
+    let before = fs.counters();
+    let mut rng = StdRng::seed_from_u64(1);
+    for _ in 0..200 {
+        let off = rng.gen_range(0..model.len() - 300);
+        let len = rng.gen_range(1..300);
+        let b: u8 = rng.gen();
+        fs.write(ino, off as u64, &vec![b; len]).expect("write");
+        model[off..off + len].fill(b);
+        fs.fsync(ino, true).expect("fsync");
+    }
+    let c = fs.counters().since(&before);
+    assert_eq!(c.commits, 0, "a small overwrite's fsync committed: {c:?}");
+    assert_eq!(c.bytelog_fsyncs, 200);
+    assert!(c.bytelog_records >= 200);
+    // one sector per fsync for updates under 300 bytes (at most three 128-byte units),
+    // two when an update straddles two blocks
+    assert!((200..=220).contains(&c.bytelog_sectors), "{c:?}");
+    // Power cut: nothing unflushed survives; every acknowledged byte must.
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len());
+    assert!(got == model, "an acknowledged update was lost");
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
+fn fsync_commits_what_the_byte_log_cannot_take() {
+    let (_fault, fs, ino, _) = setup(opts(), 16 * BS);
+    let c0 = fs.counters();
+    // a whole block changed: above the threshold
+    fs.write(ino, 0, &vec![9u8; BS]).expect("write");
+    fs.fsync(ino, false).expect("fsync");
+    let c1 = fs.counters();
+    assert_eq!(c1.since(&c0).commits, 1);
+    assert_eq!(c1.since(&c0).bytelog_fallbacks, 1);
+    // an append (size and block map change)
+    fs.write(ino, 16 * BS as u64, b"tail").expect("append");
+    fs.fsync(ino, false).expect("fsync");
+    let c2 = fs.counters();
+    assert_eq!(c2.since(&c1).commits, 1);
+    // a new file
+    let other = fs
+        .create(ROOT_INO, b"g", 0o644, common::ME)
+        .expect("create")
+        .ino;
+    fs.write(other, 0, b"x").expect("write");
+    fs.fsync(other, false).expect("fsync");
+    assert_eq!(fs.counters().since(&c2).commits, 1);
+    // bytelog=off: the baseline commits every time
+    let (_f, off, ino, _) = setup(
+        MountOptions {
+            bytelog: false,
+            ..opts()
+        },
+        16 * BS,
+    );
+    let c = off.counters();
+    off.write(ino, 100, b"small").expect("write");
+    off.fsync(ino, false).expect("fsync");
+    assert_eq!(off.counters().since(&c).commits, 1);
+    assert_eq!(off.counters().since(&c).bytelog_fsyncs, 0);
+}
+
+#[test]
+fn per_file_fsync_leaves_other_files_to_the_next_commit() {
+    let (fault, fs, ino, mut model) = setup(opts(), 8 * BS);
+    let other = fs
+        .create(ROOT_INO, b"other", 0o644, common::ME)
+        .expect("create")
+        .ino;
+    fs.write(other, 0, b"not yet").expect("write");
+    fs.write(ino, 10, b"durable").expect("write");
+    model[10..17].copy_from_slice(b"durable");
+    fs.fsync(ino, false).expect("fsync");
+    assert_eq!(fs.counters().bytelog_fsyncs, 1);
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len());
+    assert!(got == model);
+    assert!(
+        fs2.lookup(ROOT_INO, b"other").is_err(),
+        "another file's create became durable without a commit"
+    );
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
+fn times_are_logged_with_the_bytes() {
+    let (fault, fs, ino, _) = setup(
+        MountOptions {
+            kernel_times: true,
+            ..opts()
+        },
+        4 * BS,
+    );
+    fs.write(ino, 5, b"abc").expect("write");
+    let when = moafs_core::fs::Timespec {
+        sec: 1_700_000_000,
+        nsec: 42,
+    };
+    fs.setattr(
+        ino,
+        &SetAttr {
+            mtime: Some(moafs_core::fs::TimeOrNow::At(when)),
+            ..Default::default()
+        },
+    )
+    .expect("setattr");
+    let c0 = fs.counters();
+    fs.fsync(ino, false).expect("fsync");
+    let c = fs.counters().since(&c0);
+    assert_eq!((c.commits, c.bytelog_fsyncs, c.bytelog_records), (0, 1, 2));
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, 4 * BS);
+    assert_eq!(&got[5..8], b"abc");
+    let a = fs2.getattr(ino).expect("getattr");
+    assert_eq!((a.mtime.sec, a.mtime.nsec), (when.sec, when.nsec));
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
+fn whole_pages_without_a_cached_copy_are_compared_with_home() {
+    // What the FUSE writeback cache sends: a whole page for a small change, for a block
+    // the engine does not hold (reads do not fill its cache).
+    let (fault, fs, ino, mut model) = setup(opts(), 8 * BS);
+    fs.drop_caches().expect("drop caches");
+    let mut page = model[2 * BS..3 * BS].to_vec();
+    page[300..310].copy_from_slice(b"0123456789");
+    fs.write(ino, 2 * BS as u64, &page).expect("write");
+    model[2 * BS..3 * BS].copy_from_slice(&page);
+    let c0 = fs.counters();
+    fs.fsync(ino, true).expect("fsync");
+    let c = fs.counters().since(&c0);
+    assert_eq!(c.commits, 0);
+    assert_eq!(c.bytelog_home_reads, 1);
+    // the 10 bytes at 300 lie in one 128-byte unit
+    assert_eq!((c.bytelog_records, c.bytelog_data_bytes), (1, 128), "{c:?}");
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len());
+    assert!(got == model);
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
+fn the_log_wraps_and_commits_when_full() {
+    let (fault, fs, ino, mut model) = setup(opts(), 64 * BS);
+    let sb = fs.superblock();
+    let sectors = sb.bytelog_blocks as u64 * (BS as u64 / 512);
+    let mut rng = StdRng::seed_from_u64(7);
+    let c0 = fs.counters();
+    // more fsyncs than the log has sectors: commits empty it, batches wrap
+    for _ in 0..(sectors * 3) {
+        let off = rng.gen_range(0..model.len() - 64);
+        let b: u8 = rng.gen();
+        fs.write(ino, off as u64, &[b; 64]).expect("write");
+        model[off..off + 64].fill(b);
+        fs.fsync(ino, true).expect("fsync");
+    }
+    let c = fs.counters().since(&c0);
+    assert!(c.commits >= 2, "a full log did not commit: {c:?}");
+    assert!(c.bytelog_fsyncs > sectors, "{c:?}");
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len());
+    assert!(got == model);
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
+fn recovery_then_more_updates_then_another_crash() {
+    // The floor written at mount after replay: records of the first life are not applied
+    // again over the second life's committed bytes.
+    let (fault, fs, ino, mut model) = setup(opts(), 8 * BS);
+    fs.write(ino, 100, &[1u8; 50]).expect("write");
+    model[100..150].fill(1);
+    fs.fsync(ino, true).expect("fsync");
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    drop(fs);
+    let mem = Arc::new(MemDevice::from_bytes(image));
+    let fault2 = Arc::new(FaultDevice::new(
+        mem as Arc<dyn BlockDevice>,
+        FaultConfig::default(),
+    ));
+    let fs2 = Fs::mount(fault2.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
+    assert_eq!(fs2.read(ino, 100, 50).expect("read"), vec![1u8; 50]);
+    fs2.write(ino, 100, &[2u8; 50]).expect("write");
+    model[100..150].fill(2);
+    fs2.sync().expect("sync"); // a commit: the second life's bytes are home
+    let image = fault2.power_cut(CutMode::DropAll).expect("image");
+    let (fs3, got) = recover(image, ino, model.len());
+    assert!(got == model, "an old record was replayed over newer bytes");
+    fs3.unmount().expect("unmount");
+}
+
+#[test]
+fn journal_modes_and_writeback() {
+    for (mode, served) in [
+        (JournalMode::Ordered, true),
+        (JournalMode::Data, true),
+        (JournalMode::Writeback, false),
+    ] {
+        let (fault, fs, ino, mut model) = setup(
+            MountOptions {
+                journal: mode,
+                ..opts()
+            },
+            8 * BS,
+        );
+        fs.write(ino, 4000, &[3u8; 200]).expect("write");
+        model[4000..4200].fill(3);
+        fs.fsync(ino, false).expect("fsync");
+        assert_eq!(fs.counters().bytelog_fsyncs == 1, served, "{mode:?}");
+        let image = fault.power_cut(CutMode::DropAll).expect("image");
+        let (fs2, got) = recover(image, ino, model.len());
+        assert!(got == model, "{mode:?}");
+        fs2.unmount().expect("unmount");
+    }
+}

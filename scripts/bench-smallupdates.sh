@@ -1,0 +1,87 @@
+#!/bin/bash
+# Small updates with fdatasync (issue 17): bytes the device sees per update. A FILE_MB file
+# (default 64) is written and made durable; then fio makes N (default 2,000) random
+# overwrites of BS bytes (default 256) inside the first REGION (default 1M) of it, each
+# followed by fdatasync; then the file system is unmounted. Bytes written are read from the
+# loop device's counters (/sys/block/loopN/stat, sectors written) from just before the first
+# update to just after the unmount. Every target is an image of SIZE (default 1G) on a loop
+# device over a /dev/shm file, readahead 128 KiB (blockdev --setra 256), mounted afresh per
+# repetition; targets take turns (order alternating). Targets: moafs (byte log on, the
+# default), moafs-off (bytelog=off: every fsync commits), ext4 (kernel, default options).
+#
+#   scripts/bench-smallupdates.sh                # REPS=5 N=2000 BS=256 REGION=1M
+#   BS=1k REGION=64M scripts/bench-smallupdates.sh
+#
+# Prints one line per run (bytes written, per update, device write requests, fsyncs the
+# byte log served) and a summary: mean bytes per update (min..max) and the ratio to ext4 per
+# repetition.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/scripts/lib.sh"
+MOAFS=${MOAFS:-$ROOT/target/release/moafs}
+REPS=${REPS:-5}; N=${N:-2000}; BS=${BS:-256}; REGION=${REGION:-1M}; FILE_MB=${FILE_MB:-64}
+SIZE=${SIZE:-1G}
+TARGETS=${TARGETS:-"moafs moafs-off ext4"}
+command -v fio >/dev/null || { echo "fio is needed: apt-get install fio" >&2; exit 1; }
+bench_init bench-smallupdates
+
+# written_sectors LOOP: sectors written so far (field 7 of the block device's stat).
+written_sectors() { awk '{print $7}' "/sys/block/$(basename "$1")/stat"; }
+write_requests() { awk '{print $5}' "/sys/block/$(basename "$1")/stat"; }
+
+run() { # target -> "bytes requests served"
+  local t=$1 s0 r0 s1 r1 served=0
+  truncate -s "$SIZE" "$img"
+  loop=$(losetup --find --show "$img")
+  blockdev --setra 256 "$loop"
+  case $t in
+    ext4) mkfs.ext4 -q -F "$loop"; mount "$loop" "$mnt" ;;
+    moafs | moafs-off)
+      "$MOAFS" mkfs "$loop" >/dev/null
+      local o="pidfile=$work/pid,stats=$work/stats.json"
+      [ "$t" = moafs-off ] && o="$o,bytelog=off"
+      "$MOAFS" mount -o "$o" "$loop" "$mnt"; pid=$(cat "$work/pid") ;;
+  esac
+  dd if=/dev/urandom of="$mnt/f" bs=1M count="$FILE_MB" conv=fsync status=none
+  sync -f "$mnt/f"
+  sleep 0.2
+  s0=$(written_sectors "$loop"); r0=$(write_requests "$loop")
+  fio --name=su --filename="$mnt/f" --rw=randwrite --bs="$BS" --size="$REGION" \
+    --number_ios="$N" --fdatasync=1 --ioengine=psync --randrepeat=0 \
+    --output=/dev/null >/dev/null
+  if [ "$t" = ext4 ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid"; pid=""; fi
+  s1=$(written_sectors "$loop"); r1=$(write_requests "$loop")
+  if [ "$t" != ext4 ]; then
+    served=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["engine"]["bytelog_fsyncs"])' "$work/stats.json")
+  fi
+  [ -n "${KEEP_STATS:-}" ] && [ -f "$work/stats.json" ] && cp "$work/stats.json" "$KEEP_STATS.$t"
+  losetup -d "$loop"; loop=""; rm -f "$img"
+  echo "$(( (s1 - s0) * 512 )) $((r1 - r0)) $served"
+}
+
+declare -A bytes
+read -r -a targets <<<"$TARGETS"
+for rep in $(seq 1 "$REPS"); do
+  order=("${targets[@]}")
+  if [ $((rep % 2)) -eq 0 ]; then order=($(printf '%s\n' "${targets[@]}" | tac)); fi
+  for t in "${order[@]}"; do
+    read -r b req served < <(run "$t")
+    bytes[$t,$rep]=$b
+    printf 'rep %d %-9s %10d bytes  %7.0f per update  %6d write requests  %5d fsyncs by the byte log\n' \
+      "$rep" "$t" "$b" "$(echo "$b / $N" | bc -l)" "$req" "$served"
+  done
+done
+python3 - "$REPS" "$N" "${targets[@]}" <<EOF
+import statistics, sys
+reps, n = int(sys.argv[1]), int(sys.argv[2]); targets = sys.argv[3:]
+b = {$(for k in "${!bytes[@]}"; do printf "'%s': %s, " "$k" "${bytes[$k]}"; done)}
+print(f"{n} random $BS-byte overwrites + fdatasync in the first $REGION of a ${FILE_MB} MiB file, "
+      f"bytes written by the device to the end of unmount, {reps} reps (mean, min..max):")
+for t in targets:
+    v = [b[f"{t},{r}"] / n for r in range(1, reps + 1)]
+    line = f"  {t:9} {statistics.mean(v):>9.0f} B/update ({min(v):.0f}..{max(v):.0f})"
+    if "ext4" in targets and t != "ext4":
+        ratio = [b[f"{t},{r}"] / b[f"ext4,{r}"] for r in range(1, reps + 1)]
+        line += f"  ratio to ext4 {statistics.mean(ratio):.3f} ({min(ratio):.3f}..{max(ratio):.3f})"
+    print(line)
+EOF
