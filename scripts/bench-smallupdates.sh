@@ -7,10 +7,15 @@
 # update to just after the unmount. Every target is an image of SIZE (default 1G) on a loop
 # device over a /dev/shm file, readahead 128 KiB (blockdev --setra 256), mounted afresh per
 # repetition; targets take turns (order alternating). Targets: moafs (byte log on, the
-# default), moafs-off (bytelog=off: every fsync commits), ext4 (kernel, default options).
+# default), moafs-nvm (with an NVM tier: a TIER-sized file in /dev/shm, persists charged as
+# Optane DC), moafs-off (bytelog=off: every fsync commits), ext4 (kernel, default options
+# but inode tables and journal initialised at mkfs, so that no lazy initialisation writes
+# during the measurement).
 #
 #   scripts/bench-smallupdates.sh                # REPS=5 N=2000 BS=256 REGION=1M
 #   BS=1k REGION=64M scripts/bench-smallupdates.sh
+#
+# KEEP_STATS=PREFIX keeps each moafs run's -o stats= JSON as PREFIX.TARGET.
 #
 # Prints one line per run (bytes written, per update, device write requests, fsyncs the
 # byte log served) and a summary: mean bytes per update (min..max) and the ratio to ext4 per
@@ -20,8 +25,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/scripts/lib.sh"
 MOAFS=${MOAFS:-$ROOT/target/release/moafs}
 REPS=${REPS:-5}; N=${N:-2000}; BS=${BS:-256}; REGION=${REGION:-1M}; FILE_MB=${FILE_MB:-64}
-SIZE=${SIZE:-1G}
-TARGETS=${TARGETS:-"moafs moafs-off ext4"}
+SIZE=${SIZE:-1G}; TIER=${TIER:-16M}
+TARGETS=${TARGETS:-"moafs moafs-nvm moafs-off ext4"}
 command -v fio >/dev/null || { echo "fio is needed: apt-get install fio" >&2; exit 1; }
 bench_init bench-smallupdates
 
@@ -35,11 +40,16 @@ run() { # target -> "bytes requests served"
   loop=$(losetup --find --show "$img")
   blockdev --setra 256 "$loop"
   case $t in
-    ext4) mkfs.ext4 -q -F "$loop"; mount "$loop" "$mnt" ;;
-    moafs | moafs-off)
+    ext4)
+      mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$loop"
+      mount "$loop" "$mnt" ;;
+    moafs | moafs-off | moafs-nvm)
       "$MOAFS" mkfs "$loop" >/dev/null
       local o="pidfile=$work/pid,stats=$work/stats.json"
       [ "$t" = moafs-off ] && o="$o,bytelog=off"
+      if [ "$t" = moafs-nvm ]; then
+        rm -f "$work/tier"; truncate -s "$TIER" "$work/tier"; o="$o,nvm=$work/tier"
+      fi
       "$MOAFS" mount -o "$o" "$loop" "$mnt"; pid=$(cat "$work/pid") ;;
   esac
   dd if=/dev/urandom of="$mnt/f" bs=1M count="$FILE_MB" conv=fsync status=none
@@ -55,7 +65,7 @@ run() { # target -> "bytes requests served"
     served=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["engine"]["bytelog_fsyncs"])' "$work/stats.json")
   fi
   [ -n "${KEEP_STATS:-}" ] && [ -f "$work/stats.json" ] && cp "$work/stats.json" "$KEEP_STATS.$t"
-  losetup -d "$loop"; loop=""; rm -f "$img"
+  losetup -d "$loop"; loop=""; rm -f "$img" "$work/tier"
   echo "$(( (s1 - s0) * 512 )) $((r1 - r0)) $served"
 }
 

@@ -473,12 +473,21 @@ impl Checker<'_> {
 /// is replayed first with `repair`; without it, the image is checked as the replay would leave
 /// it (through an overlay; nothing is written).
 pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
+    fsck_with(dev, repair, None)
+}
+
+/// [`fsck`] of an image with an NVM tier (needed when records may be in it).
+pub fn fsck_with(
+    dev: &dyn BlockDevice,
+    repair: bool,
+    tier: Option<&dyn crate::device::Nvm>,
+) -> FsResult<FsckReport> {
     let sb = read_superblock(dev)?;
     let mut notes = Vec::new();
     let mut targets = Vec::new();
     if sb.state != STATE_CLEAN && sb.has_journal() {
         if repair {
-            let r = crate::fs::journal::replay(dev, &sb)?;
+            let r = crate::fs::journal::replay_with(dev, &sb, tier)?;
             if r.transactions > 0 || r.bytelog.records > 0 {
                 notes.push(format!(
                     "journal: replayed {} transaction(s) and {} byte-log record(s) ({} blocks)",
@@ -489,7 +498,7 @@ pub fn fsck(dev: &dyn BlockDevice, repair: bool) -> FsResult<FsckReport> {
             }
             targets = r.bytelog.targets;
         } else {
-            let r = crate::fs::journal::plan_replay(dev, &sb)?;
+            let r = crate::fs::journal::plan_replay_with(dev, &sb, tier)?;
             if r.transactions > 0 || r.bytelog.records > 0 {
                 let view = crate::device::OverlayDevice::new(dev, sb.block_size, r.blocks);
                 let mut report = check(&view, false, &r.bytelog.targets)?;
@@ -971,6 +980,11 @@ pub struct ByteLogInfo {
     /// journal; only an image not cleanly unmounted has any).
     pub live_records: Option<usize>,
     pub error: Option<String>,
+    /// The NVM tier the byte log uses (its path when last mounted, uuid, size, tail).
+    pub nvm_path: Option<String>,
+    pub nvm_uuid: Option<String>,
+    pub nvm_size: Option<u64>,
+    pub nvm_tail: Option<u64>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -986,6 +1000,14 @@ pub struct GroupInfo {
 
 /// Decodes as much as it can; never writes.
 pub fn inspect(dev: &dyn BlockDevice) -> FsResult<InspectReport> {
+    inspect_with(dev, None)
+}
+
+/// [`inspect`] with the image's NVM tier (its live records are counted too).
+pub fn inspect_with(
+    dev: &dyn BlockDevice,
+    tier: Option<&dyn crate::device::Nvm>,
+) -> FsResult<InspectReport> {
     let sb = read_superblock(dev)?;
     let geo = Geometry::from_superblock(&sb);
     let bs = geo.block_size as u64;
@@ -1043,7 +1065,12 @@ pub fn inspect(dev: &dyn BlockDevice) -> FsResult<InspectReport> {
         total_inodes: geo.total_inodes(),
         data_blocks: geo.data_blocks(),
         bytelog: sb.has_bytelog().then(|| {
-            let live = crate::fs::read_live_records(dev, &sb);
+            // a clean image has every record home (its floor covers them)
+            let live = if sb.state == STATE_CLEAN {
+                Ok(Vec::new())
+            } else {
+                crate::fs::read_live_records(dev, &sb, tier)
+            };
             ByteLogInfo {
                 start_block: sb.bytelog_start,
                 blocks: sb.bytelog_blocks,
@@ -1051,6 +1078,12 @@ pub fn inspect(dev: &dyn BlockDevice) -> FsResult<InspectReport> {
                 tail_sector: sb.bytelog_tail,
                 live_records: live.as_ref().ok().map(Vec::len),
                 error: live.err().map(|e| e.to_string()),
+                nvm_path: sb.has_nvm().then(|| sb.nvm_path.clone()),
+                nvm_uuid: sb
+                    .has_nvm()
+                    .then(|| sb.nvm_uuid.iter().map(|b| format!("{b:02x}")).collect()),
+                nvm_size: sb.has_nvm().then_some(sb.nvm_size),
+                nvm_tail: sb.has_nvm().then_some(sb.nvm_tail),
             }
         }),
         groups,

@@ -247,6 +247,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         bytelog_blocks,
         bytelog_tail: 0,
         bytelog_floor: 0,
+        nvm_uuid: [0; 16],
+        nvm_tail: 0,
+        nvm_size: 0,
+        nvm_path: String::new(),
     };
     // A zeroed journal and byte log: no stale block of an earlier file system on this device
     // can look like a transaction or a batch (the crc salt, the uuid, already rules that

@@ -272,3 +272,153 @@ fn journal_modes_and_writeback() {
         fs2.unmount().expect("unmount");
     }
 }
+
+mod tier {
+    use super::*;
+    use moafs_core::device::{FaultNvm, MemNvm, Nvm, NvmCut, NvmModel};
+
+    const PATH: &str = "/dev/shm/the-tier";
+
+    fn with_tier(nvm: &Arc<FaultNvm>) -> Option<(Arc<dyn Nvm>, String)> {
+        Some((nvm.clone() as Arc<dyn Nvm>, PATH.to_string()))
+    }
+
+    /// A durable file of `len` bytes on a fault device, mounted with a fault tier of
+    /// `tier_size` bytes.
+    fn setup_tier(
+        len: usize,
+        tier_size: u64,
+    ) -> (Arc<FaultDevice>, Arc<FaultNvm>, Fs, u64, Vec<u8>) {
+        let mem = common::new_dev(64 << 20);
+        let fault = Arc::new(FaultDevice::new(
+            mem as Arc<dyn BlockDevice>,
+            FaultConfig::default(),
+        ));
+        let nvm = Arc::new(FaultNvm::new(tier_size));
+        let fs = Fs::mount_with_tier(
+            fault.clone() as Arc<dyn BlockDevice>,
+            with_tier(&nvm),
+            opts(),
+        )
+        .expect("mount with a tier");
+        let ino = fs
+            .create(ROOT_INO, b"f", 0o644, common::ME)
+            .expect("create")
+            .ino;
+        let data: Vec<u8> = (0..len).map(|i| (i * 13 % 253) as u8).collect();
+        fs.write(ino, 0, &data).expect("write");
+        fs.sync().expect("sync");
+        (fault, nvm, fs, ino, data)
+    }
+
+    fn updates(fs: &Fs, ino: u64, model: &mut [u8], n: usize, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        for _ in 0..n {
+            let len = rng.gen_range(1..200);
+            let off = rng.gen_range(0..model.len() - len);
+            let b: u8 = rng.gen();
+            fs.write(ino, off as u64, &vec![b; len]).expect("write");
+            model[off..off + len].fill(b);
+            fs.fsync(ino, true).expect("fsync");
+        }
+    }
+
+    #[test]
+    fn small_batches_go_to_the_tier_without_a_device_flush_and_survive() {
+        let (fault, nvm, fs, ino, mut model) = setup_tier(32 * BS, 1 << 20);
+        let (c0, d0) = (fs.counters(), fs.device_counters());
+        updates(&fs, ino, &mut model, 100, 3);
+        let (c, d) = (fs.counters().since(&c0), fs.device_counters());
+        assert_eq!(
+            (c.commits, c.bytelog_fsyncs, c.tier_batches),
+            (0, 100, 100),
+            "{c:?}"
+        );
+        assert_eq!(c.bytelog_sectors, 0);
+        assert_eq!(
+            d.flushes, d0.flushes,
+            "an fsync served by the tier flushed the device"
+        );
+        assert_eq!(d.writes, d0.writes);
+        // power cut: the device drops what it has not flushed, the tier what it has not
+        // persisted (nothing: every batch was persisted before its fsync returned)
+        let image = fault.power_cut(CutMode::DropAll).expect("image");
+        let tier_img = nvm.crash_image(NvmCut::DropAll);
+        let dev = Arc::new(MemDevice::from_bytes(image));
+        // without the tier: refused, naming it
+        let err = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts())
+            .err()
+            .expect("a mount without the tier must fail")
+            .to_string();
+        assert!(err.contains(PATH), "{err}");
+        let err = moafs_core::fsck::fsck(dev.as_ref(), false)
+            .expect_err("fsck without the tier must fail")
+            .to_string();
+        assert!(err.contains(PATH), "{err}");
+        // with another tier: refused
+        let other = Arc::new(MemNvm::new(1 << 20, NvmModel::None));
+        let err = Fs::mount_with_tier(
+            dev.clone() as Arc<dyn BlockDevice>,
+            Some((other as Arc<dyn Nvm>, "/elsewhere".into())),
+            opts(),
+        )
+        .err()
+        .expect("a mount with another tier must fail")
+        .to_string();
+        assert!(err.contains("not this file system's tier"), "{err}");
+        // with it: fsck clean, every acknowledged byte back
+        let t = Arc::new(MemNvm::from_bytes(tier_img, NvmModel::None));
+        let r = moafs_core::fsck::fsck_with(dev.as_ref(), false, Some(t.as_ref())).expect("fsck");
+        assert!(r.errors.is_empty(), "{:#?}", r.errors);
+        let fs2 = Fs::mount_with_tier(
+            dev.clone() as Arc<dyn BlockDevice>,
+            Some((t.clone() as Arc<dyn Nvm>, PATH.into())),
+            opts(),
+        )
+        .expect("mount with the tier");
+        assert!(fs2.read(ino, 0, model.len() as u32).expect("read") == model);
+        fs2.unmount().expect("unmount");
+        // cleanly unmounted: a mount without the tier is fine now, and forgets it
+        let fs3 = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
+        assert!(!fs3.superblock().has_nvm());
+        assert!(fs3.read(ino, 0, model.len() as u32).expect("read") == model);
+        fs3.unmount().expect("unmount");
+    }
+
+    #[test]
+    fn a_full_tier_spills_to_the_device_log_and_a_commit_empties_both() {
+        // 64 KiB tier: 60 KiB of ring, ~150 batches of ~400 bytes
+        let (fault, nvm, fs, ino, mut model) = setup_tier(32 * BS, 64 << 10);
+        let c0 = fs.counters();
+        updates(&fs, ino, &mut model, 400, 5);
+        let c = fs.counters().since(&c0);
+        assert!(c.tier_spills > 0, "{c:?}");
+        assert!(c.tier_batches > 0 && c.bytelog_sectors > 0, "{c:?}");
+        let image = fault.power_cut(CutMode::DropAll).expect("image");
+        let dev = Arc::new(MemDevice::from_bytes(image));
+        let t = Arc::new(MemNvm::from_bytes(
+            nvm.crash_image(NvmCut::DropAll),
+            NvmModel::None,
+        ));
+        let fs2 = Fs::mount_with_tier(
+            dev as Arc<dyn BlockDevice>,
+            Some((t as Arc<dyn Nvm>, PATH.into())),
+            opts(),
+        )
+        .expect("mount");
+        assert!(fs2.read(ino, 0, model.len() as u32).expect("read") == model);
+        fs2.unmount().expect("unmount");
+    }
+
+    #[test]
+    fn a_tier_of_another_file_system_is_refused() {
+        let (_f, nvm, fs, _, _) = setup_tier(4 * BS, 1 << 20);
+        fs.unmount().expect("unmount");
+        let other = common::new_dev(16 << 20);
+        let err = Fs::mount_with_tier(other as Arc<dyn BlockDevice>, with_tier(&nvm), opts())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("another file system"), "{err}");
+    }
+}

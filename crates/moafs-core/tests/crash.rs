@@ -13,7 +13,8 @@
 
 mod common;
 use moafs_core::device::{
-    BlockDevice, CutMode, DevResult, DeviceCounters, FaultConfig, FaultDevice, MemDevice,
+    BlockDevice, CutMode, DevResult, DeviceCounters, FaultConfig, FaultDevice, FaultNvm, MemDevice,
+    MemNvm, Nvm, NvmCounters, NvmCut, NvmModel,
 };
 use moafs_core::fs::{JournalMode, MountOptions, RenameFlags, ROOT_INO};
 use moafs_core::mkfs::{mkfs, MkfsOptions};
@@ -431,19 +432,44 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
     }
 }
 
-type Hook = Box<dyn FnMut(&FaultDevice) + Send>;
+type Hook = Box<dyn FnMut(&FaultDevice, Option<&FaultNvm>) + Send>;
 
-/// A device that calls `hook` before forwarding each write request or flush.
+/// A device (and NVM tier) that calls `hook` before forwarding each write request or flush
+/// (store or persist).
 struct Tap {
     inner: Arc<FaultDevice>,
+    tier: Option<Arc<FaultNvm>>,
     hook: Mutex<Option<Hook>>,
 }
 
 impl Tap {
     fn fire(&self) {
         if let Some(h) = self.hook.lock().unwrap().as_mut() {
-            h(&self.inner);
+            h(&self.inner, self.tier.as_deref());
         }
+    }
+}
+
+/// The tier side of [`Tap`].
+struct TapNvm(Arc<Tap>);
+
+impl Nvm for TapNvm {
+    fn size(&self) -> u64 {
+        self.0.tier.as_ref().expect("a tier").size()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.0.tier.as_ref().expect("a tier").read(offset, buf)
+    }
+    fn store(&self, offset: u64, data: &[u8]) -> DevResult<()> {
+        self.0.fire();
+        self.0.tier.as_ref().expect("a tier").store(offset, data)
+    }
+    fn persist(&self) -> DevResult<()> {
+        self.0.fire();
+        self.0.tier.as_ref().expect("a tier").persist()
+    }
+    fn counters(&self) -> NvmCounters {
+        self.0.tier.as_ref().expect("a tier").counters()
     }
 }
 
@@ -571,23 +597,28 @@ fn matches(got: &Tree, want: &Tree, window: &[Tree], mode: JournalMode, whole: b
     true
 }
 
-fn check_image(ctx: &Ctx, image: Vec<u8>, win: &Window, what: &str) {
+fn check_image(ctx: &Ctx, image: Vec<u8>, tier: Option<Vec<u8>>, win: &Window, what: &str) {
     let window = &win.states[..];
     let dev = Arc::new(MemDevice::from_bytes(image));
-    let r = moafs_core::fsck::fsck(dev.as_ref(), false).expect("fsck runs");
+    let tier = tier.map(|t| Arc::new(MemNvm::from_bytes(t, NvmModel::None)));
+    let nvm = tier.as_ref().map(|t| t.as_ref() as &dyn Nvm);
+    let r = moafs_core::fsck::fsck_with(dev.as_ref(), false, nvm).expect("fsck runs");
     assert!(
         r.errors.is_empty(),
         "{what}: fsck -n of the crash image: {:#?}",
         r.errors
     );
     let sb = moafs_core::fs::read_superblock(dev.as_ref()).expect("superblock");
-    let plan = moafs_core::fs::journal::plan_replay(dev.as_ref(), &sb).expect("journal scan");
+    let plan =
+        moafs_core::fs::journal::plan_replay_with(dev.as_ref(), &sb, nvm).expect("journal scan");
     let replay = format!(
-        "superblock journal_seq {}, state {}; replay: {} transaction(s) up to {}",
-        sb.journal_seq, sb.state, plan.transactions, plan.last_seq
+        "superblock journal_seq {}, state {}; replay: {} transaction(s) up to {}, {} byte-log \
+         record(s)",
+        sb.journal_seq, sb.state, plan.transactions, plan.last_seq, plan.bytelog.records
     );
-    let fs = Fs::mount(
+    let fs = Fs::mount_with_tier(
         dev.clone() as Arc<dyn BlockDevice>,
+        tier.map(|t| (t as Arc<dyn Nvm>, TIER_PATH.to_string())),
         MountOptions {
             journal: ctx.mode,
             ..MountOptions::default()
@@ -622,6 +653,9 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, win: &Window, what: &str) {
     );
 }
 
+/// The path an NVM tier is mounted as (only recorded in the image).
+const TIER_PATH: &str = "/crash-harness/tier";
+
 /// Runs that wrote an xattr set over several blocks (the image's feature bit says so).
 static LARGE_XATTR_RUNS: AtomicU64 = AtomicU64::new(0);
 
@@ -636,13 +670,23 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
             ..Default::default()
         },
     ));
+    // Odd seeds run with an NVM tier (small fsync batches go there): 8 KiB, the least, so
+    // workloads fill it and spill to the device log.
     let tap = Arc::new(Tap {
         inner: fault.clone(),
+        tier: (ctx.seed % 2 == 1).then(|| Arc::new(FaultNvm::new(8 << 10))),
         hook: Mutex::new(None),
     });
+    let tier = tap.tier.is_some().then(|| {
+        (
+            Arc::new(TapNvm(tap.clone())) as Arc<dyn Nvm>,
+            TIER_PATH.to_string(),
+        )
+    });
     let fs = Arc::new(
-        Fs::mount(
+        Fs::mount_with_tier(
             tap.clone() as Arc<dyn BlockDevice>,
+            tier,
             MountOptions {
                 journal: ctx.mode,
                 // Small, so that commits come often; write-behind needs more dirty data to act on.
@@ -670,25 +714,36 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
     {
         let (window, states, request, ctx) =
             (window.clone(), states.clone(), request.clone(), ctx.clone());
-        *tap.hook.lock().unwrap() = Some(Box::new(move |dev: &FaultDevice| {
-            let n = request.fetch_add(1, Ordering::Relaxed);
-            let w = window.lock().unwrap().clone();
-            let pending = dev.unflushed_writes();
-            let mut cuts = vec![CutMode::DropAll, CutMode::KeepPrefix(usize::MAX)];
-            if pending > 1 {
-                cuts.push(CutMode::RandomSeed(ctx.seed ^ n));
-                cuts.push(CutMode::KeepPrefix(pending / 2));
-            }
-            for cut in cuts {
-                let what = format!(
-                    "workload {} journal={:?} seed {} request {n} cut {cut:?}",
-                    ctx.name, ctx.mode, ctx.seed
-                );
-                let image = dev.crash_image(cut).expect("crash image");
-                check_image(&ctx, image, &w, &what);
-                states.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
+        *tap.hook.lock().unwrap() = Some(Box::new(
+            move |dev: &FaultDevice, tier: Option<&FaultNvm>| {
+                let n = request.fetch_add(1, Ordering::Relaxed);
+                let w = window.lock().unwrap().clone();
+                let pending = dev.unflushed_writes();
+                // the tier's cut goes with the device's: nothing, everything, or a seeded
+                // choice of 8-byte words of what was stored since its last persist
+                let mut cuts = vec![
+                    (CutMode::DropAll, NvmCut::DropAll),
+                    (CutMode::KeepPrefix(usize::MAX), NvmCut::KeepAll),
+                ];
+                if pending > 1 || tier.is_some_and(|t| t.unpersisted() > 0) {
+                    cuts.push((
+                        CutMode::RandomSeed(ctx.seed ^ n),
+                        NvmCut::Words(ctx.seed ^ n),
+                    ));
+                    cuts.push((CutMode::KeepPrefix(pending / 2), NvmCut::DropAll));
+                }
+                for (cut, tcut) in cuts {
+                    let what = format!(
+                        "workload {} journal={:?} seed {} request {n} cut {cut:?} tier {tcut:?}",
+                        ctx.name, ctx.mode, ctx.seed
+                    );
+                    let image = dev.crash_image(cut).expect("crash image");
+                    let timg = tier.map(|t| t.crash_image(tcut));
+                    check_image(&ctx, image, timg, &w, &what);
+                    states.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        ));
     }
     // "inflight": a second thread commits over and over, so operations run while a commit
     // writes with the engine lock released (its state is the one at the operation boundary
@@ -765,11 +820,12 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
     let counters = fs.counters();
     fs.unmount().expect("unmount");
     let final_image = fault.crash_image(CutMode::DropAll).expect("image");
+    let final_tier = tap.tier.as_ref().map(|t| t.crash_image(NvmCut::DropAll));
     let done = Window {
         states: vec![m.tree()],
         ..Window::default()
     };
-    check_image(&ctx, final_image, &done, "after unmount");
+    check_image(&ctx, final_image, final_tier, &done, "after unmount");
     (states.load(Ordering::Relaxed), counters)
 }
 
@@ -834,7 +890,7 @@ fn seeds() -> u64 {
 
 fn run_all(name: &'static str, ops: usize) {
     let mut total = 0;
-    let mut served = 0;
+    let (mut served, mut tiered, mut spills) = (0, 0, 0);
     // Co-writing (on by default; not with journal=data): batches, and moved overwrites.
     let (mut batches, mut moved, mut behind, mut overlapped) = (0, 0, 0, 0);
     for mode in [
@@ -856,6 +912,8 @@ fn run_all(name: &'static str, ops: usize) {
             behind += c.written_behind;
             overlapped += c.commits_overlapped;
             served += c.bytelog_fsyncs;
+            tiered += c.tier_batches;
+            spills += c.tier_spills;
         }
     }
     eprintln!(
@@ -863,9 +921,13 @@ fn run_all(name: &'static str, ops: usize) {
          {batches} co-writes, {moved} blocks moved by them, {behind} blocks written behind"
     );
     assert!(total > 0);
-    eprintln!("crash harness: workload {name}: {served} fsyncs served by the byte log");
+    eprintln!(
+        "crash harness: workload {name}: {served} fsyncs served by the byte log, \
+         {tiered} batches in the NVM tier, {spills} spilled to the device log"
+    );
     if name == "smallupdates" {
         assert!(served > 0, "the byte log served no fsync");
+        assert!(tiered > 0, "no batch went to the NVM tier");
     }
     if ["postmark", "rewrite"].contains(&name) {
         assert!(batches > 0, "co-writing was not exercised");

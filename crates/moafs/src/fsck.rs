@@ -17,6 +17,10 @@ pub(crate) struct FsckArgs {
     pub(crate) preen: bool,
     #[arg(short = 'f', hide = true)]
     pub(crate) force: bool,
+    /// The image's NVM tier (`-o nvm=` of its mount): needed when the image was not cleanly
+    /// unmounted and acknowledged updates may be in it.
+    #[arg(long)]
+    pub(crate) nvm: Option<PathBuf>,
     pub(crate) image: PathBuf,
 }
 
@@ -37,7 +41,19 @@ pub(crate) fn cmd_fsck(a: &FsckArgs) -> u8 {
             return 8;
         }
     };
-    let rep = match moafs_core::fsck::fsck(&dev, repair) {
+    let tier = match a
+        .nvm
+        .as_deref()
+        .map(|p| mount::open_tier(p, Default::default()))
+    {
+        None => None,
+        Some(Ok(t)) => Some(t.0),
+        Some(Err(e)) => {
+            eprintln!("fsck.moafs: {e}");
+            return 8;
+        }
+    };
+    let rep = match moafs_core::fsck::fsck_with(&dev, repair, tier.as_deref()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("fsck.moafs: {}", fs_error(&a.image, e));

@@ -11,6 +11,9 @@ pub(crate) struct InspectArgs {
     /// (reads every inode: slower).
     #[arg(long)]
     pub(crate) layout: bool,
+    /// The image's NVM tier: its live records are counted too.
+    #[arg(long)]
+    pub(crate) nvm: Option<PathBuf>,
     pub(crate) image: PathBuf,
 }
 
@@ -24,7 +27,12 @@ pub(crate) fn cmd_inspect(a: &InspectArgs) -> Result<(), String> {
         },
     )
     .map_err(|e| dev_error(&a.image, e))?;
-    let rep = moafs_core::fsck::inspect(&dev).map_err(|e| fs_error(&a.image, e))?;
+    let tier = match a.nvm.as_deref() {
+        Some(p) => Some(mount::open_tier(p, Default::default())?.0),
+        None => None,
+    };
+    let rep =
+        moafs_core::fsck::inspect_with(&dev, tier.as_deref()).map_err(|e| fs_error(&a.image, e))?;
     let mut v = serde_json::to_value(&rep).map_err(|e| e.to_string())?;
     let layout = if a.layout {
         let (l, free) = moafs_core::fsck::layout(&dev).map_err(|e| fs_error(&a.image, e))?;

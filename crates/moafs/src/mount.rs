@@ -10,8 +10,10 @@ pub(crate) struct MountArgs {
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
     /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
     /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
-    /// bytelog_threshold=SIZE (default 2048), ro, direct, nodirect (O_DIRECT on the image;
-    /// the default for a block device),
+    /// bytelog_threshold=SIZE (default 2048), nvm=PATH (an NVM tier for small fsync batches:
+    /// an existing file on DAX storage or /dev/shm), nvm_model=optane|none (default optane),
+    /// nvm_threshold=SIZE (batches under it go to the tier; default 2048),
+    /// ro, direct, nodirect (O_DIRECT on the image; the default for a block device),
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -37,6 +39,9 @@ pub(crate) struct MountPlan {
     /// O_DIRECT on the image: `direct` / `nodirect`; by default on for a block device (the
     /// device sees the engine's requests, not the page cache's pages), off for a file.
     pub(crate) direct: Option<bool>,
+    /// `nvm=PATH`: the NVM tier of the byte log, and how its persists are charged.
+    pub(crate) nvm: Option<PathBuf>,
+    pub(crate) nvm_model: moafs_core::device::NvmModel,
     pub(crate) log: Option<PathBuf>,
     pub(crate) pidfile: Option<PathBuf>,
     pub(crate) stats: Option<PathBuf>,
@@ -80,6 +85,8 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
         },
         fuse: MountConfig::default(),
         direct: None,
+        nvm: None,
+        nvm_model: Default::default(),
         log: None,
         pidfile: None,
         stats: None,
@@ -135,6 +142,19 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                     ));
                 }
                 p.engine.bytelog_threshold = n as u32;
+            }
+            "nvm" => p.nvm = Some(path(k, v)?),
+            "nvm_model" => {
+                p.nvm_model = v.ok_or("nvm_model= needs optane or none")?.parse()?;
+            }
+            "nvm_threshold" => {
+                let n = size(k, v)?;
+                if !(64..=65536).contains(&n) {
+                    return Err(format!(
+                        "nvm_threshold={n}: must be between 64 and 65536 bytes"
+                    ));
+                }
+                p.engine.nvm_threshold = n as u32;
             }
             "wb_order" => {
                 p.engine.wb_sorted = match v {
@@ -247,7 +267,11 @@ pub(crate) fn serve(
         },
     )?;
     let dev: Arc<dyn BlockDevice> = Arc::new(dev);
-    let fs = Fs::mount(dev, plan.engine.clone()).map_err(|e| fs_error(image, e))?;
+    let tier = match &plan.nvm {
+        Some(p) => Some(open_tier(p, plan.nvm_model)?),
+        None => None,
+    };
+    let fs = Fs::mount_with_tier(dev, tier, plan.engine.clone()).map_err(|e| fs_error(image, e))?;
     let mut cfg = plan.fuse.clone();
     // The image's absolute path, as a block device's would be: findmnt -S IMAGE, df and
     // xfstests find the mount by it (the type reads fuse.moafs).
@@ -261,11 +285,43 @@ pub(crate) fn serve(
     Ok(())
 }
 
+/// Opens the NVM tier file `p` (`-o nvm=`, `--nvm`): the tier and its absolute path.
+pub(crate) fn open_tier(
+    p: &Path,
+    model: moafs_core::device::NvmModel,
+) -> Result<(Arc<dyn moafs_core::device::Nvm>, String), String> {
+    let abs = p.canonicalize().map_err(|e| {
+        format!(
+            "NVM tier {}: {e} (give an existing file; its size is the tier's)",
+            p.display()
+        )
+    })?;
+    let t = moafs_core::device::FileNvm::open(&abs, model)
+        .map_err(|e| format!("NVM tier {}: {e}", abs.display()))?;
+    Ok((Arc::new(t), abs.display().to_string()))
+}
+
 /// Writes the engine's and the device's counters of this mount as JSON (option `stats=PATH`).
 pub(crate) fn write_stats(path: &Path, fs: &Fs) {
+    let e = fs.counters();
+    let bs = fs.geometry().block_size as u64;
     let json = serde_json::json!({
-        "engine": fs.counters(),
+        "engine": e,
         "device": fs.device_counters(),
+        "nvm": fs.tier_counters(),
+        // device bytes the engine wrote, by what they were for
+        "bytes_by_class": {
+            "data_home": e.data_blocks_written * bs,
+            "journal": e.journal_blocks_written * bs,
+            "checkpoint": e.meta_blocks_written * bs,
+            "byte_log": e.bytelog_sectors * 512,
+            "tier": e.tier_bytes,
+        },
+        "records_per_fsync": if e.bytelog_fsyncs > 0 {
+            e.bytelog_records as f64 / e.bytelog_fsyncs as f64
+        } else {
+            0.0
+        },
     });
     let text = serde_json::to_string_pretty(&json).unwrap_or_default();
     if let Err(e) = std::fs::write(path, text) {

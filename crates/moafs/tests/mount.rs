@@ -969,9 +969,9 @@ fn crash_mid_workload(how: &str) {
 /// Two-level logging through the kernel (issue 17): small overwrites of a durable file, each
 /// followed by fdatasync (which the byte log serves: the inspection before remounting finds
 /// live records), until the daemon is SIGKILLed. After remounting, the file holds every
-/// acknowledged update — and the one in progress, or not.
-#[test]
-fn sigkill_during_small_fsynced_updates_keeps_every_acknowledged_byte() {
+/// acknowledged update — and the one in progress, or not. With `tier`, the batches go to an
+/// NVM tier file, without which the image is then refused (the error names it).
+fn small_fsynced_updates_then_sigkill(tier: bool) {
     if !can_mount() {
         return;
     }
@@ -979,8 +979,15 @@ fn sigkill_during_small_fsynced_updates_keeps_every_acknowledged_byte() {
     let tmp = TempDir::new().unwrap();
     let img = tmp.path().join("img");
     let mnt = tmp.path().join("mnt");
+    let nvm = tmp.path().join("tier");
     mkfs(&img, "64M");
-    let m = Mounted::new(&img, &mnt, "flush_interval_ms=600000");
+    fs::File::create(&nvm).unwrap().set_len(4 << 20).unwrap();
+    let opts = if tier {
+        format!("flush_interval_ms=600000,nvm={}", nvm.display())
+    } else {
+        "flush_interval_ms=600000".to_string()
+    };
+    let m = Mounted::new(&img, &mnt, &opts);
     let len = 2 << 20;
     let base = pattern(len, 9);
     let path = mnt.join("db");
@@ -1015,13 +1022,39 @@ fn sigkill_during_small_fsynced_updates_keeps_every_acknowledged_byte() {
         "daemon still alive"
     );
     drop(m); // detaches the dead mount
-    let out = moafs(&["inspect", "--json", p(&img)]);
+    let nvm_arg = format!("--nvm={}", nvm.display());
+    let mut inspect = vec!["inspect", "--json"];
+    if tier {
+        inspect.push(&nvm_arg);
+    }
+    inspect.push(p(&img));
+    let out = moafs(&inspect);
     let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect json");
     let live = rep["bytelog"]["live_records"].as_u64().unwrap_or(0);
     assert!(live > 0, "no fsync was served by the byte log: {rep}");
-    let (code, out) = fsck(&img);
-    assert_eq!(code, 0, "fsck -n after the crash:\n{out}");
-    let m = Mounted::new(&img, &mnt, "");
+    if tier {
+        // without the tier: refused, naming it
+        let out = moafs(&["fsck", "-n", p(&img)]);
+        assert!(!out.status.success(), "fsck without the tier passed");
+        assert!(text(&out.stderr).contains(p(&nvm)), "{}", text(&out.stderr));
+        let r = Mounted::try_new(&img, &mnt, "");
+        assert!(r.is_err(), "a mount without the tier succeeded");
+        let out = moafs(&["fsck", "-n", &nvm_arg, p(&img)]);
+        assert!(
+            out.status.success(),
+            "fsck -n --nvm after the crash:\n{}",
+            text(&out.stdout)
+        );
+    } else {
+        let (code, out) = fsck(&img);
+        assert_eq!(code, 0, "fsck -n after the crash:\n{out}");
+    }
+    let remount = if tier {
+        format!("nvm={}", nvm.display())
+    } else {
+        String::new()
+    };
+    let m = Mounted::new(&img, &mnt, &remount);
     let got = fs::read(mnt.join("db")).unwrap();
     let mut with_pending = acked.clone();
     if let Some((off, b)) = &pending {
@@ -1033,6 +1066,16 @@ fn sigkill_during_small_fsynced_updates_keeps_every_acknowledged_byte() {
     );
     m.unmount();
     assert_fsck_clean(&img);
+}
+
+#[test]
+fn sigkill_during_small_fsynced_updates_keeps_every_acknowledged_byte() {
+    small_fsynced_updates_then_sigkill(false);
+}
+
+#[test]
+fn sigkill_during_small_fsynced_updates_with_an_nvm_tier() {
+    small_fsynced_updates_then_sigkill(true);
 }
 
 #[test]

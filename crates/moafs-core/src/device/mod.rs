@@ -15,12 +15,14 @@ mod fault;
 mod file;
 mod mem;
 mod model;
+mod nvm;
 mod overlay;
 
 pub use fault::{CutMode, FaultConfig, FaultDevice};
 pub use file::{FileDevice, FileDeviceOptions};
 pub use mem::MemDevice;
 pub use model::{HddModel, ModelDevice, ModelKind, SsdModel};
+pub use nvm::{FaultNvm, FileNvm, MemNvm, Nvm, NvmCounters, NvmCut, NvmModel};
 pub use overlay::OverlayDevice;
 
 use std::sync::atomic::{AtomicU64, Ordering};

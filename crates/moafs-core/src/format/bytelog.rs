@@ -137,12 +137,18 @@ pub fn batch_salt(uuid: &[u8; 16], sector: u64) -> u64 {
     super::journal::journal_salt(uuid) ^ sector.rotate_left(32)
 }
 
-/// Encodes `records` (consecutive sequence numbers) as a batch to be written at `sector`:
-/// whole sectors.
-pub fn encode_batch(records: &[Record], salt: u64) -> Vec<u8> {
+/// Salt of the NVM tier's batches: the device log's, and the tier's own uuid, so that a
+/// batch left in a tier by another tier's life never validates.
+pub fn tier_batch_salt(uuid: &[u8; 16], tier: &[u8; 16], at: u64) -> u64 {
+    batch_salt(uuid, at) ^ super::journal::journal_salt(tier).rotate_left(17)
+}
+
+/// Encodes `records` (consecutive sequence numbers) as a batch: whole sectors for the device
+/// log (`unit` 512), whole 8-byte words for the NVM tier (`unit` 8).
+pub fn encode_batch_in(records: &[Record], salt: u64, unit: usize) -> Vec<u8> {
     let bytes = BATCH_HEADER + records.iter().map(Record::encoded_len).sum::<usize>();
     let sectors = bytes.div_ceil(LOG_SECTOR);
-    let mut b = vec![0u8; sectors * LOG_SECTOR];
+    let mut b = vec![0u8; bytes.next_multiple_of(unit)];
     b[0..4].copy_from_slice(BATCH_MAGIC);
     put_u32(&mut b, 4, records.len() as u32);
     put_u64(&mut b, 8, records.first().map_or(0, |r| r.seq));
@@ -158,6 +164,16 @@ pub fn encode_batch(records: &[Record], salt: u64) -> Vec<u8> {
     b
 }
 
+/// [`encode_batch_in`] for the device log.
+pub fn encode_batch(records: &[Record], salt: u64) -> Vec<u8> {
+    encode_batch_in(records, salt, LOG_SECTOR)
+}
+
+/// Bytes a batch of `records` holds (header and records, unpadded).
+pub fn batch_bytes(records: &[Record]) -> usize {
+    BATCH_HEADER + records.iter().map(Record::encoded_len).sum::<usize>()
+}
+
 /// Sectors a batch of `records` takes.
 pub fn batch_sectors(records: &[Record]) -> usize {
     (BATCH_HEADER + records.iter().map(Record::encoded_len).sum::<usize>()).div_ceil(LOG_SECTOR)
@@ -166,6 +182,11 @@ pub fn batch_sectors(records: &[Record]) -> usize {
 /// A batch's header, read from its first sector: (first sequence number, sectors), if it
 /// looks like one (the crc is checked by [`decode_batch`] over all its sectors).
 pub fn batch_header(b: &[u8]) -> Option<(u64, usize)> {
+    batch_header_bytes(b).map(|(seq, _, sectors)| (seq, sectors))
+}
+
+/// A batch's header: (first sequence number, bytes, sectors), if it looks like one.
+pub fn batch_header_bytes(b: &[u8]) -> Option<(u64, usize, usize)> {
     if b.len() < BATCH_HEADER || &b[0..4] != BATCH_MAGIC {
         return None;
     }
@@ -174,7 +195,7 @@ pub fn batch_header(b: &[u8]) -> Option<(u64, usize)> {
     if sectors == 0 || bytes < BATCH_HEADER || bytes.div_ceil(LOG_SECTOR) != sectors {
         return None;
     }
-    Some((get_u64(b, 8), sectors))
+    Some((get_u64(b, 8), bytes, sectors))
 }
 
 /// Decodes a whole batch (`b`: its sectors). `Ok(None)`: not a valid batch (torn, stale or
@@ -184,9 +205,8 @@ pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Vec
         return Ok(None);
     };
     let bytes = get_u32(b, 16) as usize;
-    if b.len() < sectors * LOG_SECTOR
-        || super::crc_with_hole(&b[..bytes], 28, salt) != get_u32(b, 28)
-    {
+    let _ = sectors;
+    if b.len() < bytes || super::crc_with_hole(&b[..bytes], 28, salt) != get_u32(b, 28) {
         return Ok(None);
     }
     let count = get_u32(b, 4) as usize;
@@ -214,6 +234,48 @@ pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Vec
         return Ok(None);
     }
     Ok(Some(out))
+}
+
+/// The NVM tier's header (its first 4 KiB; records live in the rest, its ring).
+pub const TIER_MAGIC: &[u8; 8] = b"MOAFSNVM";
+pub const TIER_HEADER: u64 = 4096;
+/// Smallest tier accepted.
+pub const TIER_MIN: u64 = 8 << 10;
+
+/// The NVM tier's identity, in its first 64 bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierHeader {
+    pub uuid: [u8; 16],
+    /// The file system it serves (its superblock's uuid).
+    pub fs_uuid: [u8; 16],
+    pub size: u64,
+}
+
+impl TierHeader {
+    pub fn encode(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..8].copy_from_slice(TIER_MAGIC);
+        put_u32(&mut b, 8, 1);
+        b[16..32].copy_from_slice(&self.uuid);
+        b[32..48].copy_from_slice(&self.fs_uuid);
+        put_u64(&mut b, 48, self.size);
+        super::seal(&mut b, 60, 0);
+        b
+    }
+    /// None: not a moafs tier (a new file: all zero, or anything else).
+    pub fn decode(b: &[u8]) -> Option<TierHeader> {
+        if b.len() < 64 || &b[0..8] != TIER_MAGIC || get_u32(b, 8) != 1 {
+            return None;
+        }
+        if super::crc_with_hole(&b[..64], 60, 0) != get_u32(b, 60) {
+            return None;
+        }
+        Some(TierHeader {
+            uuid: b[16..32].try_into().ok()?,
+            fs_uuid: b[32..48].try_into().ok()?,
+            size: get_u64(b, 48),
+        })
+    }
 }
 
 #[cfg(test)]

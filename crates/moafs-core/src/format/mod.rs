@@ -21,7 +21,7 @@ pub use geometry::Geometry;
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};
 pub use superblock::{
-    Superblock, FEATURE_BYTELOG, FEATURE_JOURNAL, FEATURE_LARGE_XATTR, FORMAT_VERSION,
+    Superblock, FEATURE_BYTELOG, FEATURE_JOURNAL, FEATURE_LARGE_XATTR, FEATURE_NVM, FORMAT_VERSION,
     FORMAT_VERSION_MIN, SB_CRC_AT, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED,
 };
 pub use xattr::{

@@ -22,6 +22,14 @@ pub const FEATURE_LARGE_XATTR: u64 = 2;
 /// `features_incompat`: the image has a byte log (`bytelog_*`, FORMAT.md section 13) whose
 /// records a reader must apply after the journal.
 pub const FEATURE_BYTELOG: u64 = 4;
+/// `features_incompat`: the byte log has an NVM tier (`nvm_*`, the tier's path after the
+/// first 256 bytes): records may be in the tier, which a reader must have to apply them.
+pub const FEATURE_NVM: u64 = 8;
+/// The tier's path is stored at bytes 256..1280 of the superblock's block: a u16 length,
+/// the path, and a crc at 1276 (salt 1) over 256..1276.
+pub const NVM_PATH_AT: usize = 256;
+pub const NVM_PATH_MAX: usize = 1018;
+const NVM_PATH_CRC_AT: usize = 1276;
 /// The superblock's encoded fields occupy the first 256 bytes of its block; the crc is at 252.
 pub const SB_CRC_AT: usize = 252;
 
@@ -58,6 +66,13 @@ pub struct Superblock {
     /// Every byte-log record with this sequence number or a lower one is in the home blocks
     /// (or the journal) as of the commit this superblock belongs to.
     pub bytelog_floor: u64,
+    /// The NVM tier's identity (its header's uuid), where its live records begin (a byte
+    /// offset in its ring), its size, and its path when last mounted (for the error that
+    /// names it when it is missing).
+    pub nvm_uuid: [u8; 16],
+    pub nvm_tail: u64,
+    pub nvm_size: u64,
+    pub nvm_path: String,
 }
 
 impl Superblock {
@@ -89,7 +104,21 @@ impl Superblock {
         put_u32(&mut b, 184, self.bytelog_blocks);
         put_u32(&mut b, 188, self.bytelog_tail);
         put_u64(&mut b, 192, self.bytelog_floor);
+        b[200..216].copy_from_slice(&self.nvm_uuid);
+        put_u64(&mut b, 216, self.nvm_tail);
+        put_u64(&mut b, 224, self.nvm_size);
         seal(&mut b[..256], SB_CRC_AT, 0);
+        if self.has_nvm() {
+            let p = self.nvm_path.as_bytes();
+            let n = p.len().min(NVM_PATH_MAX);
+            super::put_u16(&mut b, NVM_PATH_AT, n as u16);
+            b[NVM_PATH_AT + 2..NVM_PATH_AT + 2 + n].copy_from_slice(&p[..n]);
+            seal(
+                &mut b[NVM_PATH_AT..NVM_PATH_CRC_AT + 4],
+                NVM_PATH_CRC_AT - NVM_PATH_AT,
+                1,
+            );
+        }
         b
     }
 
@@ -126,6 +155,10 @@ impl Superblock {
             bytelog_blocks: get_u32(b, 184),
             bytelog_tail: get_u32(b, 188),
             bytelog_floor: get_u64(b, 192),
+            nvm_uuid: b[200..216].try_into().unwrap_or([0; 16]),
+            nvm_tail: get_u64(b, 216),
+            nvm_size: get_u64(b, 224),
+            nvm_path: String::new(),
         };
         if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&sb.format_version) {
             return Err(FsError::UnsupportedVersion {
@@ -134,11 +167,30 @@ impl Superblock {
             });
         }
         sb.validate(block)?;
+        let mut sb = sb;
+        if sb.has_nvm() {
+            let area = b.get(NVM_PATH_AT..NVM_PATH_CRC_AT + 4).ok_or_else(|| {
+                FsError::corrupt("superblock", block, "block too short for the tier's path")
+            })?;
+            verify(
+                area,
+                NVM_PATH_CRC_AT - NVM_PATH_AT,
+                1,
+                "superblock (tier path)",
+                block,
+            )?;
+            let n = (super::get_u16(area, 0) as usize).min(NVM_PATH_MAX);
+            sb.nvm_path = String::from_utf8_lossy(&area[2..2 + n]).into_owned();
+        }
         Ok(sb)
     }
 
     pub fn has_journal(&self) -> bool {
         self.features_incompat & FEATURE_JOURNAL != 0
+    }
+
+    pub fn has_nvm(&self) -> bool {
+        self.features_incompat & FEATURE_NVM != 0
     }
 
     pub fn has_bytelog(&self) -> bool {
@@ -184,7 +236,9 @@ impl Superblock {
         {
             return bad("inodes per group out of range");
         }
-        if self.features_incompat & !(FEATURE_JOURNAL | FEATURE_LARGE_XATTR | FEATURE_BYTELOG) != 0
+        if self.features_incompat
+            & !(FEATURE_JOURNAL | FEATURE_LARGE_XATTR | FEATURE_BYTELOG | FEATURE_NVM)
+            != 0
         {
             return bad("unknown incompatible features");
         }
@@ -226,6 +280,13 @@ impl Superblock {
             || self.bytelog_floor != 0
         {
             return bad("byte-log fields set without the byte-log feature");
+        }
+        if self.has_nvm() {
+            if !self.has_bytelog() || self.nvm_tail >= self.nvm_size {
+                return bad("NVM tier without a byte log, or its tail outside it");
+            }
+        } else if self.nvm_uuid != [0; 16] || self.nvm_tail != 0 || self.nvm_size != 0 {
+            return bad("NVM tier fields set without the tier feature");
         }
         Ok(())
     }

@@ -27,65 +27,53 @@
 use super::cache::{units_changed, Units, UNIT};
 use super::node::times;
 use super::{Fs, Inner, JournalMode};
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, Nvm};
 use crate::error::{FsError, FsResult};
 use crate::format::bytelog::{
-    batch_header, batch_salt, batch_sectors, decode_batch, encode_batch, Record, RecordBody,
-    LOG_SECTOR,
+    batch_bytes, batch_header_bytes, batch_salt, batch_sectors, decode_batch, encode_batch,
+    encode_batch_in, tier_batch_salt, Record, RecordBody, TierHeader, LOG_SECTOR, TIER_HEADER,
 };
 use crate::format::{DiskInode, Geometry, Superblock, INODE_BYTES};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Blocks whose old contents an fsync reads to find what changed, at most (more: the file
 /// is being rewritten, not updated; the committer takes it).
 const MAX_HOME_READS: usize = 64;
 
-/// The byte log while mounted.
-pub(crate) struct ByteLog {
-    /// Byte offset of the log on the device, and its length in sectors.
-    pub start: u64,
-    pub sectors: u64,
-    /// Where the next batch goes, and where the records the last commit did not cover
-    /// begin (sectors).
+/// A ring of `units` units (512-byte sectors on the device, 8-byte words in the tier).
+pub(crate) struct Ring {
+    pub units: u64,
+    /// Where the next batch goes, and where the batches the last commit did not cover begin.
     pub head: u64,
     pub tail: u64,
-    pub next_seq: u64,
-    pub uuid: [u8; 16],
-    /// Blocks with records not yet taken by a commit (each journaled by the next commit).
-    pub live_blocks: u64,
 }
 
-impl ByteLog {
-    /// The byte log of `sb` (None without one); `last`: the newest record sequence number
-    /// known (the floor, or what replay applied). Empty: everything is home.
-    pub fn new(sb: &Superblock, last: u64) -> Option<ByteLog> {
-        sb.has_bytelog().then(|| ByteLog {
-            start: sb.bytelog_start * sb.block_size as u64,
-            sectors: sb.bytelog_blocks as u64 * (sb.block_size as u64 / LOG_SECTOR as u64),
+impl Ring {
+    fn new(units: u64) -> Ring {
+        Ring {
+            units,
             head: 0,
             tail: 0,
-            next_seq: last.max(sb.bytelog_floor) + 1,
-            uuid: sb.uuid,
-            live_blocks: 0,
-        })
+        }
     }
 
-    /// Where a batch of `n` sectors goes without touching a live one. The head never
-    /// reaches the tail from behind (`head == tail` means empty).
+    /// Where a batch of `n` units goes without touching a live one. The head never reaches
+    /// the tail from behind (`head == tail` means empty).
     fn place(&self, n: u64) -> Option<u64> {
-        if n > self.sectors / 2 {
+        if n > self.units / 2 {
             return None;
         }
         if self.head == self.tail {
             // nothing live
-            return Some(if self.head + n <= self.sectors {
+            return Some(if self.head + n <= self.units {
                 self.head
             } else {
                 0
             });
         }
         if self.head > self.tail {
-            if self.head + n <= self.sectors {
+            if self.head + n <= self.units {
                 Some(self.head)
             } else {
                 (n < self.tail).then_some(0)
@@ -95,25 +83,149 @@ impl ByteLog {
         }
     }
 
-    /// The superblock being written covers every record so far (a commit's snapshot, or
-    /// everything home at mount and unmount): its floor and tail.
-    pub fn covered(&mut self, sb: &mut Superblock) {
-        if self.head >= self.sectors {
-            self.head = 0; // the ring is empty: start anywhere
+    /// Everything so far is covered by a commit: the ring is empty from the head on.
+    fn covered(&mut self) -> u64 {
+        if self.head >= self.units {
+            self.head = 0; // empty: start anywhere
         }
-        sb.bytelog_floor = self.next_seq - 1;
-        sb.bytelog_tail = self.head as u32;
         self.tail = self.head;
+        self.head
+    }
+}
+
+/// The NVM tier while mounted (`-o nvm=PATH`).
+pub(crate) struct Tier {
+    pub nvm: Arc<dyn Nvm>,
+    pub uuid: [u8; 16],
+    /// Its ring: 8-byte words from `TIER_HEADER` on.
+    pub ring: Ring,
+}
+
+/// The byte log while mounted.
+pub(crate) struct ByteLog {
+    /// Byte offset of the log on the device; its ring of sectors.
+    pub start: u64,
+    pub ring: Ring,
+    pub next_seq: u64,
+    pub uuid: [u8; 16],
+    /// Blocks with records not yet taken by a commit (each journaled by the next commit).
+    pub live_blocks: u64,
+    pub tier: Option<Tier>,
+}
+
+impl ByteLog {
+    /// The byte log of `sb` (None without one); `last`: the newest record sequence number
+    /// known (the floor, or what replay applied). Empty: everything is home.
+    pub fn new(sb: &Superblock, last: u64) -> Option<ByteLog> {
+        sb.has_bytelog().then(|| ByteLog {
+            start: sb.bytelog_start * sb.block_size as u64,
+            ring: Ring::new(sb.bytelog_blocks as u64 * (sb.block_size as u64 / LOG_SECTOR as u64)),
+            next_seq: last.max(sb.bytelog_floor) + 1,
+            uuid: sb.uuid,
+            live_blocks: 0,
+            tier: None,
+        })
+    }
+
+    /// The superblock being written covers every record so far (a commit's snapshot, or
+    /// everything home at mount and unmount): its floor and tails.
+    pub fn covered(&mut self, sb: &mut Superblock) {
+        sb.bytelog_floor = self.next_seq - 1;
+        sb.bytelog_tail = self.ring.covered() as u32;
+        if let Some(t) = self.tier.as_mut() {
+            sb.nvm_tail = t.ring.covered() * 8;
+        }
         self.live_blocks = 0;
     }
+}
+
+/// Checks the tier given at mount against the image (after any replay, which needed it if
+/// it held records) and writes its header: a tier of this file system keeps its identity, a
+/// new file (no moafs header) gets one, a tier of another file system is refused.
+pub(crate) fn attach_tier(
+    sb: &Superblock,
+    (nvm, path): (Arc<dyn Nvm>, String),
+) -> FsResult<(Tier, String)> {
+    if !sb.has_bytelog() {
+        return Err(FsError::invalid(
+            "this image has no byte log, which an NVM tier serves (made before format 2 or \
+             with --bytelog-blocks 0)",
+        ));
+    }
+    let size = nvm.size();
+    if size < crate::format::bytelog::TIER_MIN {
+        return Err(FsError::invalid(format!(
+            "the NVM tier {path} is {size} bytes: at least {} are needed",
+            crate::format::bytelog::TIER_MIN
+        )));
+    }
+    let mut h = [0u8; 64];
+    nvm.read(0, &mut h)?;
+    let uuid = match TierHeader::decode(&h) {
+        Some(th) if th.fs_uuid == sb.uuid => th.uuid,
+        Some(th) => {
+            let other: String = th.fs_uuid.iter().map(|b| format!("{b:02x}")).collect();
+            return Err(FsError::invalid(format!(
+                "{path} is the NVM tier of another file system ({other}), whose acknowledged \
+                 updates it may hold: give another file (or zero this one to reuse it)"
+            )));
+        }
+        None => {
+            let mut u = [0u8; 16];
+            rand::Rng::fill(&mut rand::thread_rng(), &mut u[..]);
+            u
+        }
+    };
+    let header = TierHeader {
+        uuid,
+        fs_uuid: sb.uuid,
+        size,
+    };
+    nvm.store(0, &header.encode())?;
+    nvm.persist()?;
+    let ring = Ring::new((size - TIER_HEADER) / 8);
+    Ok((Tier { nvm, uuid, ring }, path))
+}
+
+impl Inner {
+    /// At mount: the byte log uses `tier` from now on (the superblock records it), or no
+    /// tier (the superblock forgets one it named; every record is home by now).
+    pub(crate) fn use_tier(&mut self, tier: Option<(Tier, String)>) {
+        let sb = &mut self.sb;
+        match (self.bytelog.as_mut(), tier) {
+            (Some(log), Some((t, path))) => {
+                sb.features_incompat |= crate::format::FEATURE_NVM;
+                sb.nvm_uuid = t.uuid;
+                sb.nvm_size = t.nvm.size();
+                sb.nvm_tail = 0;
+                sb.nvm_path = path;
+                log.tier = Some(t);
+            }
+            _ => {
+                sb.features_incompat &= !crate::format::FEATURE_NVM;
+                sb.nvm_uuid = [0; 16];
+                sb.nvm_size = 0;
+                sb.nvm_tail = 0;
+                sb.nvm_path.clear();
+            }
+        }
+    }
+}
+
+/// Where a batch goes.
+pub(crate) enum Target {
+    /// The device log, at this byte offset (then a flush).
+    Device(u64),
+    /// The NVM tier, at this byte offset (then a persist).
+    Tier(u64),
 }
 
 /// What the per-file path found for a file.
 pub(crate) enum Plan {
     /// Nothing of the file is unsaved (the last commit or earlier records hold it all).
     Nothing,
-    /// Write this batch (one request) and flush.
-    Batch { at: u64, bytes: Vec<u8> },
+    /// Write this batch (one request) and make it durable.
+    Batch { to: Target, bytes: Vec<u8> },
     /// Not for the byte log: commit.
     Commit,
 }
@@ -251,23 +363,57 @@ impl Inner {
             self.note_logged(ino, &logs);
             return Ok(Plan::Nothing);
         }
-        let n = batch_sectors(&records) as u64;
         let log = self.bytelog.as_mut().expect("candidate has a byte log");
-        let Some(pos) = log.place(n) else {
-            return Ok(Plan::Commit);
+        // A small batch goes to the tier (no device flush); a larger one, or one the tier
+        // has no room for (a spill), to the device log.
+        let small = batch_bytes(&records) < self.opts.nvm_threshold as usize;
+        let words = batch_bytes(&records).div_ceil(8) as u64;
+        let in_tier = match log.tier.as_ref() {
+            Some(t) if small => t.ring.place(words),
+            _ => None,
         };
+        let n = batch_sectors(&records) as u64;
+        let on_device = if in_tier.is_none() {
+            match log.ring.place(n) {
+                Some(p) => Some(p),
+                None => return Ok(Plan::Commit),
+            }
+        } else {
+            None
+        };
+        if small && log.tier.is_some() && in_tier.is_none() {
+            self.counters.tier_spills += 1;
+        }
         let count = records.len() as u64;
-        let bytes = encode_batch(&records, batch_salt(&log.uuid, pos));
         log.next_seq += count;
-        log.head = pos + n;
         log.live_blocks += newly_logged;
-        let at = log.start + pos * LOG_SECTOR as u64;
+        let (to, bytes) = match (in_tier, on_device) {
+            (Some(w), _) => {
+                let t = log.tier.as_mut().expect("placed in the tier");
+                t.ring.head = w + words;
+                let salt = tier_batch_salt(&log.uuid, &t.uuid, w);
+                self.counters.tier_batches += 1;
+                self.counters.tier_bytes += words * 8;
+                (
+                    Target::Tier(TIER_HEADER + w * 8),
+                    encode_batch_in(&records, salt, 8),
+                )
+            }
+            (None, Some(pos)) => {
+                log.ring.head = pos + n;
+                self.counters.bytelog_sectors += n;
+                (
+                    Target::Device(log.start + pos * LOG_SECTOR as u64),
+                    encode_batch(&records, batch_salt(&log.uuid, pos)),
+                )
+            }
+            (None, None) => unreachable!("placed above"),
+        };
         self.note_logged(ino, &logs);
         self.inodes.get_mut(&ino).expect("loaded").logged_times = now_times;
         self.counters.bytelog_records += count;
-        self.counters.bytelog_sectors += n;
         self.counters.bytelog_data_bytes += data_bytes;
-        Ok(Plan::Batch { at, bytes })
+        Ok(Plan::Batch { to, bytes })
     }
 }
 
@@ -308,7 +454,7 @@ impl Fs {
                 return Err(e);
             }
         };
-        let (at, bytes) = match plan {
+        let (to, bytes) = match plan {
             Plan::Nothing => {
                 g.counters.bytelog_fsyncs += 1;
                 return Ok(true);
@@ -317,20 +463,30 @@ impl Fs {
                 g.counters.bytelog_fallbacks += 1;
                 return Ok(false);
             }
-            Plan::Batch { at, bytes } => (at, bytes),
+            Plan::Batch { to, bytes } => (to, bytes),
         };
         g.committing = true;
         let dev = g.dev.clone();
+        let tier = g
+            .bytelog
+            .as_ref()
+            .and_then(|l| l.tier.as_ref())
+            .map(|t| t.nvm.clone());
         drop(g);
         let unwinding = super::InFlight(self);
-        let r = dev.write_at(at, &bytes).and_then(|()| dev.flush());
+        let flushed = matches!(to, Target::Device(_));
+        let r = match (to, tier) {
+            (Target::Device(at), _) => dev.write_at(at, &bytes).and_then(|()| dev.flush()),
+            (Target::Tier(at), Some(t)) => t.store(at, &bytes).and_then(|()| t.persist()),
+            (Target::Tier(_), None) => unreachable!("placed in a tier"),
+        };
         std::mem::forget(unwinding);
         let mut g = self.lock();
         g.committing = false;
         let r = match r {
             Ok(()) => {
                 g.counters.bytelog_fsyncs += 1;
-                if let Some(j) = g.journal.as_mut() {
+                if let Some(j) = g.journal.as_mut().filter(|_| flushed) {
                     j.flushed(); // every checkpoint write issued so far is durable too
                 }
                 Ok(true)
@@ -370,10 +526,11 @@ pub struct RecordTarget {
 pub fn plan_bytelog_replay(
     dev: &dyn BlockDevice,
     sb: &Superblock,
+    tier: Option<&dyn Nvm>,
     blocks: &mut BTreeMap<u64, Vec<u8>>,
 ) -> FsResult<ByteLogReplay> {
     let mut out = ByteLogReplay::default();
-    for r in read_live_records(dev, sb)? {
+    for r in read_live_records(dev, sb, tier)? {
         apply_record(dev, sb, blocks, &r)?;
         out.records += 1;
         out.last_seq = r.seq;
@@ -389,59 +546,127 @@ pub fn plan_bytelog_replay(
     Ok(out)
 }
 
-/// The records of the byte log above the floor of `sb`, in order: the chain of batches
-/// from the tail with consecutive sequence numbers (a batch goes at the sector after the
-/// last one, or at the start when it did not fit before the end).
-pub fn read_live_records(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Vec<Record>> {
+/// Reads bytes at an offset of a log.
+type ReadFn<'a> = Box<dyn Fn(u64, &mut [u8]) -> FsResult<()> + 'a>;
+
+/// Where live batches are read from: the device log (units of 512 bytes) or the tier
+/// (units of 8 bytes, after its header).
+struct Source<'a> {
+    read: ReadFn<'a>,
+    unit: u64,
+    units: u64,
+    salt: Box<dyn Fn(u64) -> u64 + 'a>,
+    pos: u64,
+    what: &'static str,
+}
+
+impl Source<'_> {
+    /// The valid batch at unit `p` whose first record is `want`: (the unit after it, its
+    /// records).
+    fn batch_at(&self, p: u64, want: u64, block_size: u32) -> FsResult<Option<(u64, Vec<Record>)>> {
+        if p >= self.units {
+            return Ok(None);
+        }
+        let mut head = [0u8; crate::format::bytelog::BATCH_HEADER];
+        if p * self.unit + head.len() as u64 > self.units * self.unit {
+            return Ok(None);
+        }
+        (self.read)(p * self.unit, &mut head)?;
+        let Some((seq, bytes, _)) = batch_header_bytes(&head) else {
+            return Ok(None);
+        };
+        let n = (bytes as u64).div_ceil(self.unit);
+        if seq != want || p + n > self.units {
+            return Ok(None);
+        }
+        let mut b = vec![0u8; (n * self.unit) as usize];
+        (self.read)(p * self.unit, &mut b)?;
+        let recs = decode_batch(&b, (self.salt)(p), block_size).map_err(|e| at(e, self.what, p))?;
+        Ok(recs.map(|r| (p + n, r)))
+    }
+}
+
+/// The records of the byte log above the floor of `sb`, in order: from the tails of the
+/// device log and (with `tier`) the NVM tier, the batch with the next sequence number in
+/// either — at the unit after that ring's last batch, or at its start when a batch did not
+/// fit before the end — until neither has it. An image whose superblock says records may
+/// be in a tier needs that tier: without it (or with another) this is an error naming it.
+pub fn read_live_records(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    tier: Option<&dyn Nvm>,
+) -> FsResult<Vec<Record>> {
     let mut out = Vec::new();
     if !sb.has_bytelog() {
         return Ok(out);
     }
     let start = sb.bytelog_start * sb.block_size as u64;
-    let sectors = sb.bytelog_blocks as u64 * (sb.block_size as u64 / LOG_SECTOR as u64);
+    let mut sources = vec![Source {
+        read: Box::new(move |off, buf| Ok(dev.read_at(start + off, buf)?)),
+        unit: LOG_SECTOR as u64,
+        units: sb.bytelog_blocks as u64 * (sb.block_size as u64 / LOG_SECTOR as u64),
+        salt: Box::new(|p| batch_salt(&sb.uuid, p)),
+        pos: sb.bytelog_tail as u64,
+        what: "byte log",
+    }];
+    if sb.has_nvm() {
+        let t = check_tier(sb, tier)?;
+        let tier_uuid = sb.nvm_uuid;
+        sources.push(Source {
+            read: Box::new(move |off, buf| Ok(t.read(TIER_HEADER + off, buf)?)),
+            unit: 8,
+            units: (sb.nvm_size.min(t.size()).saturating_sub(TIER_HEADER)) / 8,
+            salt: Box::new(move |p| tier_batch_salt(&sb.uuid, &tier_uuid, p)),
+            pos: sb.nvm_tail / 8,
+            what: "NVM tier",
+        });
+    }
     let mut want = sb.bytelog_floor + 1;
-    let mut pos = sb.bytelog_tail as u64;
-    let mut first = vec![0u8; LOG_SECTOR];
-    // at most one lap: every batch takes a sector
-    for _ in 0..sectors {
-        let mut found = None;
-        for p in [pos, 0] {
-            if p >= sectors {
-                continue;
-            }
-            dev.read_at(start + p * LOG_SECTOR as u64, &mut first)?;
-            let Some((seq, n)) = batch_header(&first) else {
-                continue;
-            };
-            if seq != want || p + n as u64 > sectors {
-                continue;
-            }
-            let mut b = vec![0u8; n * LOG_SECTOR];
-            dev.read_at(start + p * LOG_SECTOR as u64, &mut b)?;
-            if let Some(recs) =
-                decode_batch(&b, batch_salt(&sb.uuid, p), sb.block_size).map_err(|e| at(e, p))?
-            {
-                found = Some((p + n as u64, recs));
-                break;
+    'next: loop {
+        for src in sources.iter_mut() {
+            for p in [src.pos, 0] {
+                if let Some((next, recs)) = src.batch_at(p, want, sb.block_size)? {
+                    want += recs.len() as u64;
+                    out.extend(recs);
+                    src.pos = next;
+                    continue 'next;
+                }
             }
         }
-        let Some((next, recs)) = found else {
-            break;
-        };
-        want += recs.len() as u64;
-        out.extend(recs);
-        pos = next;
+        break;
     }
     Ok(out)
 }
 
-/// Names the sector of a byte-log error.
-fn at(e: FsError, sector: u64) -> FsError {
+/// The tier `sb` names, or an error that names it.
+fn check_tier<'a>(sb: &Superblock, tier: Option<&'a dyn Nvm>) -> FsResult<&'a dyn Nvm> {
+    let hex: String = sb.nvm_uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let Some(t) = tier else {
+        return Err(FsError::invalid(format!(
+            "acknowledged updates may be in the NVM tier {} (tier {hex}), which was not given: \
+             mount with -o nvm={} (fsck and inspect: --nvm {})",
+            sb.nvm_path, sb.nvm_path, sb.nvm_path
+        )));
+    };
+    let mut h = [0u8; 64];
+    t.read(0, &mut h)?;
+    match TierHeader::decode(&h) {
+        Some(th) if th.uuid == sb.nvm_uuid && th.fs_uuid == sb.uuid => Ok(t),
+        _ => Err(FsError::invalid(format!(
+            "the NVM tier given is not this file system's tier {hex} (last mounted as {}): \
+             acknowledged updates may be in that one",
+            sb.nvm_path
+        ))),
+    }
+}
+
+/// Names the place of a byte-log error.
+fn at(e: FsError, log: &str, unit: u64) -> FsError {
     match e {
         FsError::Corrupt { what, detail, .. } => FsError::Corrupt {
             what,
-            block: sector,
-            detail: format!("{detail} (sector {sector} of the byte log)"),
+            block: unit,
+            detail: format!("{detail} (unit {unit} of the {log})"),
         },
         e => e,
     }

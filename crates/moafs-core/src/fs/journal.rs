@@ -373,12 +373,21 @@ fn read_txn(
 /// Finds the transactions a replay must re-apply, then the byte-log records above the floor
 /// of the superblock they leave (reads only).
 pub fn plan_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
+    plan_replay_with(dev, sb, None)
+}
+
+/// [`plan_replay`] with the image's NVM tier (needed when the superblock names one).
+pub fn plan_replay_with(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    tier: Option<&dyn crate::device::Nvm>,
+) -> FsResult<Replay> {
     let mut out = plan_journal_replay(dev, sb)?;
     let after = match out.blocks.get(&0) {
         Some(b) => Superblock::decode(b, 0)?,
         None => sb.clone(),
     };
-    out.bytelog = super::plan_bytelog_replay(dev, &after, &mut out.blocks)?;
+    out.bytelog = super::plan_bytelog_replay(dev, &after, tier, &mut out.blocks)?;
     if out.bytelog.records > 0 {
         // The superblock as replay leaves it: the journal and the records applied.
         let mut done = after;
@@ -466,7 +475,16 @@ fn plan_journal_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Repla
 
 /// Re-applies the journal to `dev` (writes home and flushes). Returns what it did.
 pub fn replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
-    let r = plan_replay(dev, sb)?;
+    replay_with(dev, sb, None)
+}
+
+/// [`replay`] with the image's NVM tier.
+pub fn replay_with(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    tier: Option<&dyn crate::device::Nvm>,
+) -> FsResult<Replay> {
+    let r = plan_replay_with(dev, sb, tier)?;
     if r.blocks.is_empty() {
         return Ok(r);
     }

@@ -154,15 +154,29 @@ pub struct Fs {
 
 impl Fs {
     /// Mounts the file system on `dev`.
-    pub fn mount(mut dev: Arc<dyn BlockDevice>, opts: MountOptions) -> FsResult<Fs> {
+    pub fn mount(dev: Arc<dyn BlockDevice>, opts: MountOptions) -> FsResult<Fs> {
+        Fs::mount_with_tier(dev, None, opts)
+    }
+
+    /// Mounts the file system on `dev` with an NVM tier for the byte log (`tier`: the tier
+    /// and its path, which the image records so that a mount without it can name it). An
+    /// image not cleanly unmounted whose records may be in a tier is refused without that
+    /// tier (or with another); a tier of another file system is refused; a new tier (no
+    /// moafs header) is formatted for this one.
+    pub fn mount_with_tier(
+        mut dev: Arc<dyn BlockDevice>,
+        tier: Option<(Arc<dyn crate::device::Nvm>, String)>,
+        opts: MountOptions,
+    ) -> FsResult<Fs> {
         let mut sb = read_superblock(dev.as_ref())?;
         let mut last_seq = sb.journal_seq;
+        let nvm = tier.as_ref().map(|t| t.0.as_ref());
         if sb.state != STATE_CLEAN && sb.has_journal() {
             let r = if opts.read_only {
                 // Nothing may be written: mount the replayed view through an overlay.
-                journal::plan_replay(dev.as_ref(), &sb)?
+                journal::plan_replay_with(dev.as_ref(), &sb, nvm)?
             } else {
-                journal::replay(dev.as_ref(), &sb)?
+                journal::replay_with(dev.as_ref(), &sb, nvm)?
             };
             last_seq = last_seq.max(r.last_seq);
             if opts.read_only && !r.blocks.is_empty() {
@@ -174,7 +188,11 @@ impl Fs {
             }
             sb = read_superblock(dev.as_ref())?;
         }
-        Fs::mount_replayed(dev, opts, sb, last_seq)
+        let tier = match tier {
+            Some(t) if !opts.read_only => Some(bytelog::attach_tier(&sb, t)?),
+            _ => None,
+        };
+        Fs::mount_replayed(dev, opts, sb, last_seq, tier)
     }
 
     /// Mounts once the journal has been replayed (or is replayed by `dev`, an overlay).
@@ -183,6 +201,7 @@ impl Fs {
         opts: MountOptions,
         sb: Superblock,
         last_seq: u64,
+        tier: Option<(bytelog::Tier, String)>,
     ) -> FsResult<Fs> {
         let geo = Geometry::from_superblock(&sb);
         if dev.size() < geo.total_blocks * geo.block_size as u64 {
@@ -271,6 +290,7 @@ impl Fs {
             ));
         }
         if !inner.opts.read_only {
+            inner.use_tier(tier);
             inner.sb.state = STATE_MOUNTED;
             inner.sb.mount_count += 1;
             inner.write_superblocks_in_place()?;
@@ -403,6 +423,14 @@ impl Fs {
     }
     pub fn counters(&self) -> EngineCounters {
         self.lock().counters
+    }
+    /// The NVM tier's counters, if the byte log has a tier.
+    pub fn tier_counters(&self) -> Option<crate::device::NvmCounters> {
+        let g = self.lock();
+        g.bytelog
+            .as_ref()
+            .and_then(|l| l.tier.as_ref())
+            .map(|t| t.nvm.counters())
     }
     pub fn device_counters(&self) -> DeviceCounters {
         self.lock().dev.counters()

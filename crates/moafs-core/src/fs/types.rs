@@ -269,6 +269,9 @@ pub struct MountOptions {
     /// A block goes to the byte log only while fewer than this many of its bytes (counted in
     /// 128-byte units) changed since it was last logged or written home (the paper's 2048).
     pub bytelog_threshold: u32,
+    /// With an NVM tier (`Fs::mount_with_tier`): a batch smaller than this many bytes goes
+    /// to the tier instead of the device log (the paper's TH_SCM, 2048).
+    pub nvm_threshold: u32,
 }
 
 impl MountOptions {
@@ -318,6 +321,7 @@ impl Default for MountOptions {
             write_behind_bytes: 16 << 20,
             bytelog: true,
             bytelog_threshold: 2048,
+            nvm_threshold: 2048,
         }
     }
 }
@@ -338,6 +342,11 @@ pub struct EngineCounters {
     /// fsyncs that wanted the byte log but committed: a change it cannot log, a block
     /// above the threshold, or no room left in the log.
     pub bytelog_fallbacks: u64,
+    /// Batches (and their bytes, padded to 8) that went to the NVM tier instead of the
+    /// device; small batches the tier had no room for (they went to the device log).
+    pub tier_batches: u64,
+    pub tier_bytes: u64,
+    pub tier_spills: u64,
     pub data_blocks_written: u64,
     pub data_write_ios: u64,
     /// Of `data_blocks_written`, those written by write-behind (between commits).
@@ -384,6 +393,9 @@ impl EngineCounters {
             bytelog_data_bytes: self.bytelog_data_bytes.saturating_sub(e.bytelog_data_bytes),
             bytelog_home_reads: self.bytelog_home_reads.saturating_sub(e.bytelog_home_reads),
             bytelog_fallbacks: self.bytelog_fallbacks.saturating_sub(e.bytelog_fallbacks),
+            tier_batches: self.tier_batches.saturating_sub(e.tier_batches),
+            tier_bytes: self.tier_bytes.saturating_sub(e.tier_bytes),
+            tier_spills: self.tier_spills.saturating_sub(e.tier_spills),
             data_blocks_written: self
                 .data_blocks_written
                 .saturating_sub(e.data_blocks_written),
