@@ -530,6 +530,11 @@ impl Fs {
             drop(g);
             self.commit_to_free()?;
             g = self.lock();
+            // another operation may have taken the inode the commits freed meanwhile:
+            // refuse before the rename rather than leave it done without its whiteout
+            if g.alloc.free_inodes() == 0 {
+                return Err(FsError::NoSpace);
+            }
         }
         let flags = RenameFlags {
             noreplace,
