@@ -18,8 +18,8 @@
 # KEEP_STATS=PREFIX keeps each moafs run's -o stats= JSON as PREFIX.TARGET.
 #
 # Prints one line per run (bytes written, per update, device write requests, fsyncs the
-# byte log served) and a summary: mean bytes per update (min..max) and the ratio to ext4 per
-# repetition.
+# byte log served, updates per second as fio measured them) and a summary: mean bytes per
+# update (min..max) and the ratio to ext4 per repetition, and the same for updates/s.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/scripts/lib.sh"
@@ -34,8 +34,8 @@ bench_init bench-smallupdates
 written_sectors() { awk '{print $7}' "/sys/block/$(basename "$1")/stat"; }
 write_requests() { awk '{print $5}' "/sys/block/$(basename "$1")/stat"; }
 
-run() { # target -> "bytes requests served"
-  local t=$1 s0 r0 s1 r1 served=0
+run() { # target -> "bytes requests served iops"
+  local t=$1 s0 r0 s1 r1 served=0 out
   truncate -s "$SIZE" "$img"
   loop=$(losetup --find --show "$img")
   blockdev --setra 256 "$loop"
@@ -56,9 +56,8 @@ run() { # target -> "bytes requests served"
   sync -f "$mnt/f"
   sleep 0.2
   s0=$(written_sectors "$loop"); r0=$(write_requests "$loop")
-  fio --name=su --filename="$mnt/f" --rw=randwrite --bs="$BS" --size="$REGION" \
-    --number_ios="$N" --fdatasync=1 --ioengine=psync --randrepeat=0 \
-    --output=/dev/null >/dev/null
+  out=$(fio --name=su --filename="$mnt/f" --rw=randwrite --bs="$BS" --size="$REGION" \
+    --number_ios="$N" --fdatasync=1 --ioengine=psync --randrepeat=0 --output-format=json)
   if [ "$t" = ext4 ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid"; pid=""; fi
   s1=$(written_sectors "$loop"); r1=$(write_requests "$loop")
   if [ "$t" != ext4 ]; then
@@ -66,25 +65,26 @@ run() { # target -> "bytes requests served"
   fi
   [ -n "${KEEP_STATS:-}" ] && [ -f "$work/stats.json" ] && cp "$work/stats.json" "$KEEP_STATS.$t"
   losetup -d "$loop"; loop=""; rm -f "$img" "$work/tier"
-  echo "$(( (s1 - s0) * 512 )) $((r1 - r0)) $served"
+  echo "$(( (s1 - s0) * 512 )) $((r1 - r0)) $served $(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["write"]["iops"]))' <<<"$out")"
 }
 
-declare -A bytes
+declare -A bytes iops
 read -r -a targets <<<"$TARGETS"
 for rep in $(seq 1 "$REPS"); do
   order=("${targets[@]}")
   if [ $((rep % 2)) -eq 0 ]; then order=($(printf '%s\n' "${targets[@]}" | tac)); fi
   for t in "${order[@]}"; do
-    read -r b req served < <(run "$t")
-    bytes[$t,$rep]=$b
-    printf 'rep %d %-9s %10d bytes  %7.0f per update  %6d write requests  %5d fsyncs by the byte log\n' \
-      "$rep" "$t" "$b" "$(echo "$b / $N" | bc -l)" "$req" "$served"
+    read -r b req served io < <(run "$t")
+    bytes[$t,$rep]=$b; iops[$t,$rep]=$io
+    printf 'rep %d %-9s %10d bytes  %7.0f per update  %6d write requests  %5d fsyncs by the byte log  %6d updates/s\n' \
+      "$rep" "$t" "$b" "$(echo "$b / $N" | bc -l)" "$req" "$served" "$io"
   done
 done
 python3 - "$REPS" "$N" "${targets[@]}" <<EOF
 import statistics, sys
 reps, n = int(sys.argv[1]), int(sys.argv[2]); targets = sys.argv[3:]
 b = {$(for k in "${!bytes[@]}"; do printf "'%s': %s, " "$k" "${bytes[$k]}"; done)}
+io = {$(for k in "${!iops[@]}"; do printf "'%s': %s, " "$k" "${iops[$k]}"; done)}
 print(f"{n} random $BS-byte overwrites + fdatasync in the first $REGION of a ${FILE_MB} MiB file, "
       f"bytes written by the device to the end of unmount, {reps} reps (mean, min..max):")
 for t in targets:
@@ -93,5 +93,13 @@ for t in targets:
     if "ext4" in targets and t != "ext4":
         ratio = [b[f"{t},{r}"] / b[f"ext4,{r}"] for r in range(1, reps + 1)]
         line += f"  ratio to ext4 {statistics.mean(ratio):.3f} ({min(ratio):.3f}..{max(ratio):.3f})"
+    print(line)
+print("updates per second (fio write IOPS; mean, min..max):")
+for t in targets:
+    v = [io[f"{t},{r}"] for r in range(1, reps + 1)]
+    line = f"  {t:9} {statistics.mean(v):>9.0f} ({min(v)}..{max(v)})"
+    if "ext4" in targets and t != "ext4":
+        ratio = [io[f"{t},{r}"] / io[f"ext4,{r}"] for r in range(1, reps + 1)]
+        line += f"  ratio to ext4 {statistics.mean(ratio):.2f} ({min(ratio):.2f}..{max(ratio):.2f})"
     print(line)
 EOF
