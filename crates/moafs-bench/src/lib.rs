@@ -3,6 +3,7 @@
 //! `moafs bench` is its command line.
 
 pub mod aging;
+pub mod bytelog_exp;
 pub mod cowrite_exp;
 pub mod filebench;
 pub mod html;

@@ -199,6 +199,35 @@ fn whole_pages_without_a_cached_copy_are_compared_with_home() {
 }
 
 #[test]
+fn a_page_read_before_its_partial_write_is_kept_for_the_comparison() {
+    // What the kernel does for a partial write into a page it does not hold: it reads the
+    // page (one whole block), changes it and later writes it back whole.
+    let (fault, fs, ino, mut model) = setup(opts(), 8 * BS);
+    fs.drop_caches().expect("drop caches");
+    let mut page = fs.read(ino, 3 * BS as u64, BS as u32).expect("read");
+    assert!(page == model[3 * BS..4 * BS]);
+    page[1000..1004].copy_from_slice(b"abcd");
+    fs.write(ino, 3 * BS as u64, &page).expect("write");
+    model[3 * BS..4 * BS].copy_from_slice(&page);
+    let c0 = fs.counters();
+    fs.fsync(ino, true).expect("fsync");
+    let c = fs.counters().since(&c0);
+    assert_eq!((c.commits, c.bytelog_home_reads), (0, 0), "{c:?}");
+    assert_eq!(c.bytelog_data_bytes, 128);
+    // a larger read (readahead) is not kept
+    fs.drop_caches().expect("drop caches");
+    fs.read(ino, 0, 4 * BS as u32).expect("read");
+    fs.write(ino, BS as u64, &model[BS..2 * BS]).expect("write");
+    let c0 = fs.counters();
+    fs.fsync(ino, true).expect("fsync");
+    assert_eq!(fs.counters().since(&c0).bytelog_home_reads, 1);
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len());
+    assert!(got == model);
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
 fn the_log_wraps_and_commits_when_full() {
     let (fault, fs, ino, mut model) = setup(opts(), 64 * BS);
     let sb = fs.superblock();

@@ -1,25 +1,29 @@
-//! `moafs experiment`: paper experiments in-process (co-writing on the model disk).
+//! `moafs experiment`: paper experiments in-process (co-writing on the model disk, two-level
+//! logging on the model flash card).
 
 use super::*;
 
 #[derive(Args, Debug)]
 pub(crate) struct ExperimentArgs {
-    /// The experiment: `cowrite`.
+    /// The experiment: `cowrite` (paper 000) or `bytelog` (paper 003).
     pub(crate) which: String,
-    /// Image size (paper: 4G).
-    #[arg(long, default_value = "4G")]
-    pub(crate) size: String,
-    /// Utilisations in percent, comma-separated (paper: 0,10,30,50,70,90).
-    #[arg(long, default_value = "0,10,30,50,70,90")]
-    pub(crate) utilisation: String,
+    /// Image size (default: cowrite 4G as the paper, bytelog 256M).
+    #[arg(long)]
+    pub(crate) size: Option<String>,
+    /// Utilisations in percent, comma-separated (cowrite, paper: 0,10,30,50,70,90; bytelog:
+    /// one, default 75 as the paper).
+    #[arg(long)]
+    pub(crate) utilisation: Option<String>,
     /// Layout score aging goes down to.
     #[arg(long, default_value_t = 0.8)]
     pub(crate) layout: f64,
-    /// Tests, comma-separated: seq-write, rand-write, dir-read, large-write, large-read,
-    /// postmark-rfsl, postmark-fsl (default: all).
+    /// Tests, comma-separated: cowrite: seq-write, rand-write, dir-read, large-write,
+    /// large-read, postmark-rfsl, postmark-fsl; bytelog: sqlite-delete, sqlite-wal, tio-1536,
+    /// tio-128 (default: all).
     #[arg(long)]
     pub(crate) tests: Option<String>,
-    /// Multiply the small-file and PostMark tests' file counts (1 = the paper's).
+    /// Multiply the small-file and PostMark tests' file counts (1 = the paper's); bytelog:
+    /// the operations per workload (1 = 2,000 SQLite transactions, 20,000 tiobench writes).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) scale: f64,
     #[arg(long, default_value_t = 42)]
@@ -37,18 +41,24 @@ pub(crate) struct ExperimentArgs {
 
 pub(crate) fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
     use moafs_bench::cowrite_exp::{self, ExpConfig};
-    if a.which != "cowrite" {
-        return Err(format!(
-            "unknown experiment {:?}; there is: cowrite",
-            a.which
-        ));
+    match a.which.as_str() {
+        "cowrite" => {}
+        "bytelog" => return cmd_bytelog(a),
+        w => {
+            return Err(format!(
+                "unknown experiment {w:?}; there are: cowrite, bytelog"
+            ))
+        }
     }
-    let size = moafs_core::parse_size(&a.size).map_err(|e| format!("--size: {e}"))?;
+    let size = moafs_core::parse_size(a.size.as_deref().unwrap_or("4G"))
+        .map_err(|e| format!("--size: {e}"))?;
     if !(64 << 20..=64 << 30).contains(&size) {
         return Err("--size: between 64M and 64G (the image is held in memory)".into());
     }
     let utilisations = a
         .utilisation
+        .as_deref()
+        .unwrap_or("0,10,30,50,70,90")
         .split(',')
         .map(|u| match u.trim().parse::<f64>() {
             Ok(p) if (0.0..=95.0).contains(&p) => Ok(p / 100.0),
@@ -97,6 +107,62 @@ pub(crate) fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
             let p = dir.join(name);
             std::fs::write(&p, svg).map_err(|e| format!("{}: {e}", p.display()))?;
         }
+    }
+    Ok(())
+}
+
+/// `moafs experiment bytelog` (paper 003 on the model flash card).
+fn cmd_bytelog(a: &ExperimentArgs) -> Result<(), String> {
+    use moafs_bench::bytelog_exp::{self, BytelogExpConfig, WORKLOADS};
+    let d = BytelogExpConfig::default();
+    let size = moafs_core::parse_size(a.size.as_deref().unwrap_or("256M"))
+        .map_err(|e| format!("--size: {e}"))?;
+    if !(128 << 20..=4 << 30).contains(&size) {
+        return Err("--size: between 128M and 4G (the image is held in memory)".into());
+    }
+    let utilisation = match a.utilisation.as_deref() {
+        None => d.utilisation,
+        Some(u) => match u.trim().parse::<f64>() {
+            Ok(p) if (0.0..=85.0).contains(&p) => p / 100.0,
+            _ => {
+                return Err(format!(
+                    "--utilisation: {u:?} is not one percentage in 0..85"
+                ))
+            }
+        },
+    };
+    if !(a.scale > 0.0 && a.scale <= 10.0) {
+        return Err("--scale: in (0, 10]".into());
+    }
+    let workloads: Vec<String> = match &a.tests {
+        Some(t) => t.split(',').map(|s| s.trim().to_string()).collect(),
+        None => d.workloads.clone(),
+    };
+    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
+        return Err(format!(
+            "--tests: unknown {w:?}; there are: {}",
+            WORKLOADS.join(", ")
+        ));
+    }
+    let cfg = BytelogExpConfig {
+        size,
+        utilisation,
+        ops: ((d.ops as f64 * a.scale).round() as usize).max(1),
+        workloads,
+        seed: a.seed,
+    };
+    let report: bytelog_exp::BytelogReport = match &a.from_json {
+        Some(p) => {
+            let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{}: not a saved experiment: {e}", p.display()))?
+        }
+        None => bytelog_exp::run(&cfg, &mut |line| say!("{line}")).map_err(|e| e.to_string())?,
+    };
+    say!("\n{}", bytelog_exp::table(&report));
+    if let Some(p) = &a.json {
+        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     Ok(())
 }

@@ -714,6 +714,12 @@ fn cowrite_experiment_refuses_bad_input() {
             "unknown test",
         ),
         (vec!["experiment", "cowrite", "--scale", "0"], "--scale"),
+        (
+            vec!["experiment", "bytelog", "--utilisation", "90"],
+            "not one percentage",
+        ),
+        (vec!["experiment", "bytelog", "--size", "64M"], "--size"),
+        (vec!["experiment", "bytelog", "--tests", "x"], "unknown"),
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -13,6 +13,7 @@
 
 mod fault;
 mod file;
+mod flash;
 mod mem;
 mod model;
 mod nvm;
@@ -20,6 +21,7 @@ mod overlay;
 
 pub use fault::{CutMode, FaultConfig, FaultDevice};
 pub use file::{FileDevice, FileDeviceOptions};
+pub use flash::{FlashCounters, FlashDevice, FlashModel};
 pub use mem::MemDevice;
 pub use model::{HddModel, ModelDevice, ModelKind, SsdModel};
 pub use nvm::{FaultNvm, FileNvm, MemNvm, Nvm, NvmCounters, NvmCut, NvmModel};

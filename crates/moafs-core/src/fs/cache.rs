@@ -83,6 +83,10 @@ pub(crate) struct CacheBook {
     /// Clean blocks by `last_use`: (inode, logical block).
     clean: BTreeMap<u64, (u64, u64)>,
     clock: u64,
+    /// Blocks that left any cache so far: a read that went to the device may keep its
+    /// block only if none left meanwhile (what it read may be older than a copy that was
+    /// written home and dropped while it read).
+    removals: u64,
 }
 
 impl CacheBook {
@@ -95,6 +99,9 @@ impl CacheBook {
     /// The `n` least recently written clean blocks: (inode, logical block).
     pub fn oldest_clean(&self, n: usize) -> Vec<(u64, u64)> {
         self.clean.values().take(n).copied().collect()
+    }
+    pub fn removals(&self) -> u64 {
+        self.removals
     }
     /// Every clean block is listed in the age order and nothing else is.
     pub fn clean_listed(&self) -> u64 {
@@ -212,6 +219,30 @@ impl BlockCache {
         }
     }
 
+    /// Keeps `data`, just read from block `idx`'s home, as a clean cached copy (in the age
+    /// order), unless the block is cached already.
+    pub fn put_clean(&mut self, book: &mut CacheBook, ino: u64, idx: u64, data: Arc<[u8]>) {
+        if self.map.contains_key(&idx) {
+            return;
+        }
+        let last_use = book.stamp();
+        book.cached += 1;
+        book.clean.insert(last_use, (ino, idx));
+        self.map.insert(
+            idx,
+            CBlock {
+                data,
+                dirty: false,
+                reserved: false,
+                last_use,
+                changed: 0,
+                unlogged: 0,
+                unknown: false,
+                logged: false,
+            },
+        );
+    }
+
     /// Block `idx` got a disk address: its reservation is used up. Returns whether it held
     /// one.
     pub fn unreserve(&mut self, idx: u64) -> bool {
@@ -276,6 +307,7 @@ impl BlockCache {
 
     fn forget(&mut self, book: &mut CacheBook, idx: u64, cb: &CBlock) {
         book.cached -= 1;
+        book.removals += 1;
         if cb.dirty {
             self.dirty.remove(&idx);
             book.dirty -= 1;

@@ -515,6 +515,49 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Whether a read is one whole block from the device that the cache should keep: with
+    /// the byte log, a page the kernel reads before it changes part of it (FUSE reads a
+    /// page before a partial write) comes back whole at write-back, and only a cached copy
+    /// tells which bytes changed without reading the block again (`bytelog.rs`). Larger
+    /// reads (readahead, streams) are the page cache's alone.
+    pub(crate) fn keeps_read<O: AsMut<[u8]>>(&self, plan: &ReadPlan<O>) -> bool {
+        let bs = self.bs() as u64;
+        self.opts.bytelog
+            && self.bytelog.is_some()
+            && plan.misses.len() == 1
+            && plan.offset == plan.misses[0].0 * bs
+            && plan.end == plan.offset + bs
+    }
+
+    /// Keeps the block `plan` read (see [`Inner::keeps_read`]) as a clean cached copy, if
+    /// nothing left any cache meanwhile (`removals` then) and the block still maps there.
+    pub(crate) fn keep_read<O: AsMut<[u8]>>(
+        &mut self,
+        ino: u64,
+        plan: &mut ReadPlan<O>,
+        removals: u64,
+    ) -> FsResult<()> {
+        let (idx, phys) = plan.misses[0];
+        if self.book.removals() != removals
+            || self.committing
+            || !self.inodes.contains_key(&ino)
+            // (an inode freed meanwhile: nothing to keep, and no error for the read)
+            || self.bmap(ino, idx).unwrap_or(0) != phys
+        {
+            return Ok(());
+        }
+        let mut buf = self.new_block();
+        Arc::make_mut(&mut buf).copy_from_slice(plan.out.as_mut());
+        let node = self.inodes.get_mut(&ino).expect("checked above");
+        node.cache.put_clean(&mut self.book, ino, idx, buf);
+        if self.book.cached() * self.bs() as u64 > self.opts.cache_bytes {
+            self.evict();
+        }
+        Ok(())
+    }
+}
+
 /// Keeps the buffer of a block leaving the cache for a later `new_block`, up to `max` of them,
 /// unless something (write-behind's snapshot) still shares it. Streaming writes evict and
 /// allocate tens of MiB per commit: freeing them let the allocator return the pages to the

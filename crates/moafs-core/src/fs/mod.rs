@@ -597,10 +597,15 @@ impl Fs {
         // Taken before the engine lock is released: no commit can make the planned blocks
         // reusable (`release_pending` waits for the gate) until the reads below are done.
         let gate = g.io_gate.clone();
-        let _shared = gate.read().unwrap_or_else(|e| e.into_inner());
+        let shared = gate.read().unwrap_or_else(|e| e.into_inner());
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
+        let keep = g.keeps_read(&plan).then(|| g.book.removals());
         drop(g);
         data::read_runs(dev.as_ref(), bs, &mut plan)?;
+        drop(shared);
+        if let Some(removals) = keep {
+            self.lock().keep_read(ino, &mut plan, removals)?;
+        }
         Ok(plan.out)
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
