@@ -5,7 +5,8 @@
 # followed by fdatasync; then the file system is unmounted. Bytes written are read from the
 # loop device's counters (/sys/block/loopN/stat, sectors written) from just before the first
 # update to just after the unmount. Every target is an image of SIZE (default 1G) on a loop
-# device over a /dev/shm file, readahead 128 KiB (blockdev --setra 256), mounted afresh per
+# device over a file in /dev/shm (or in BACKING, a directory on real storage: the loop device
+# then writes through to it), readahead 128 KiB (blockdev --setra 256), mounted afresh per
 # repetition; targets take turns (order alternating). Targets: moafs (byte log on, the
 # default), moafs-nvm (with an NVM tier: a TIER-sized file in /dev/shm, persists charged as
 # Optane DC), moafs-off (bytelog=off: every fsync commits), ext4 (kernel, default options
@@ -29,6 +30,8 @@ SIZE=${SIZE:-1G}; TIER=${TIER:-16M}
 TARGETS=${TARGETS:-"moafs moafs-nvm moafs-off ext4"}
 command -v fio >/dev/null || { echo "fio is needed: apt-get install fio" >&2; exit 1; }
 bench_init bench-smallupdates
+tier=$(mktemp -u /dev/shm/bench-smallupdates-tier.XXXXXX)
+trap 'bench_teardown; rm -rf "$work" "$tier"' EXIT
 
 # written_sectors LOOP: sectors written so far (field 7 of the block device's stat).
 written_sectors() { awk '{print $7}' "/sys/block/$(basename "$1")/stat"; }
@@ -37,7 +40,10 @@ write_requests() { awk '{print $5}' "/sys/block/$(basename "$1")/stat"; }
 run() { # target -> "bytes requests served iops"
   local t=$1 s0 r0 s1 r1 served=0 out
   truncate -s "$SIZE" "$img"
-  loop=$(losetup --find --show "$img")
+  # on real storage the loop device writes through (direct I/O, so its flushes reach the disk)
+  local dio=off
+  [ "${BACKING:-/dev/shm}" != /dev/shm ] && dio=on
+  loop=$(losetup --find --show --direct-io="$dio" "$img")
   blockdev --setra 256 "$loop"
   case $t in
     ext4)
@@ -48,7 +54,8 @@ run() { # target -> "bytes requests served iops"
       local o="pidfile=$work/pid,stats=$work/stats.json"
       [ "$t" = moafs-off ] && o="$o,bytelog=off"
       if [ "$t" = moafs-nvm ]; then
-        rm -f "$work/tier"; truncate -s "$TIER" "$work/tier"; o="$o,nvm=$work/tier"
+        # the tier is memory in every case (/dev/shm), as persistent memory would be
+        rm -f "$tier"; truncate -s "$TIER" "$tier"; o="$o,nvm=$tier"
       fi
       "$MOAFS" mount -o "$o" "$loop" "$mnt"; pid=$(cat "$work/pid") ;;
   esac
@@ -56,15 +63,17 @@ run() { # target -> "bytes requests served iops"
   sync -f "$mnt/f"
   sleep 0.2
   s0=$(written_sectors "$loop"); r0=$(write_requests "$loop")
+  # io_size: exactly N updates, going over the region again when it holds fewer blocks
   out=$(fio --name=su --filename="$mnt/f" --rw=randwrite --bs="$BS" --size="$REGION" \
-    --number_ios="$N" --fdatasync=1 --ioengine=psync --randrepeat=0 --output-format=json)
+    --io_size="$(( N * $(numfmt --from=iec "${BS^^}") ))" --fdatasync=1 --ioengine=psync \
+    --randrepeat=0 --output-format=json)
   if [ "$t" = ext4 ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid"; pid=""; fi
   s1=$(written_sectors "$loop"); r1=$(write_requests "$loop")
   if [ "$t" != ext4 ]; then
     served=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["engine"]["bytelog_fsyncs"])' "$work/stats.json")
   fi
   [ -n "${KEEP_STATS:-}" ] && [ -f "$work/stats.json" ] && cp "$work/stats.json" "$KEEP_STATS.$t"
-  losetup -d "$loop"; loop=""; rm -f "$img" "$work/tier"
+  losetup -d "$loop"; loop=""; rm -f "$img" "$tier"
   echo "$(( (s1 - s0) * 512 )) $((r1 - r0)) $served $(python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["write"]["iops"]))' <<<"$out")"
 }
 

@@ -29,11 +29,12 @@ unmount_wait() {
   fi
 }
 
-# Benchmark targets on a scratch image: bench_init creates $work (in /dev/shm), $mnt, $img and
+# Benchmark targets on a scratch image: bench_init creates $work (in $BACKING, default /dev/shm:
+# set BACKING to a directory on real storage to put the images there), $mnt, $img and
 # arms an EXIT trap that tears everything down; bench_teardown unmounts the current target
 # (a moafs daemon via unmount_wait, a kernel mount and its loop device) and removes the image.
 bench_init() {
-  work=$(mktemp -d "/dev/shm/$1.XXXXXX")
+  work=$(mktemp -d "${BACKING:-/dev/shm}/$1.XXXXXX")
   mnt=$work/mnt; img=$work/img; mkdir -p "$mnt"
   loop=""; pid=""
   trap 'bench_teardown; rm -rf "$work"' EXIT
