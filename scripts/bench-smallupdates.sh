@@ -13,8 +13,9 @@
 # but inode tables and journal initialised at mkfs, so that no lazy initialisation writes
 # during the measurement).
 #
-#   scripts/bench-smallupdates.sh                # REPS=5 N=2000 BS=256 REGION=1M
+#   scripts/bench-smallupdates.sh                # REPS=5 N=2000 BS=256 REGION=1M JOBS=1
 #   BS=1k REGION=64M scripts/bench-smallupdates.sh
+#   JOBS=4 scripts/bench-smallupdates.sh         # 4 fio jobs, each its own file, N in all
 #
 # KEEP_STATS=PREFIX keeps each moafs run's -o stats= JSON as PREFIX.TARGET.
 #
@@ -26,7 +27,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/scripts/lib.sh"
 MOAFS=${MOAFS:-$ROOT/target/release/moafs}
 REPS=${REPS:-5}; N=${N:-2000}; BS=${BS:-256}; REGION=${REGION:-1M}; FILE_MB=${FILE_MB:-64}
-SIZE=${SIZE:-1G}; TIER=${TIER:-16M}
+SIZE=${SIZE:-1G}; TIER=${TIER:-16M}; JOBS=${JOBS:-1}
 TARGETS=${TARGETS:-"moafs moafs-nvm moafs-off ext4"}
 command -v fio >/dev/null || { echo "fio is needed: apt-get install fio" >&2; exit 1; }
 bench_init bench-smallupdates
@@ -59,14 +60,17 @@ run() { # target -> "bytes requests served iops"
       fi
       "$MOAFS" mount -o "$o" "$loop" "$mnt"; pid=$(cat "$work/pid") ;;
   esac
-  dd if=/dev/urandom of="$mnt/f" bs=1M count="$FILE_MB" conv=fsync status=none
-  sync -f "$mnt/f"
+  for j in $(seq 0 $((JOBS - 1))); do
+    dd if=/dev/urandom of="$mnt/f.$j" bs=1M count="$FILE_MB" conv=fsync status=none
+  done
+  sync -f "$mnt/f.0"
   sleep 0.2
   s0=$(written_sectors "$loop"); r0=$(write_requests "$loop")
   # io_size: exactly N updates, going over the region again when it holds fewer blocks
-  out=$(fio --name=su --filename="$mnt/f" --rw=randwrite --bs="$BS" --size="$REGION" \
-    --io_size="$(( N * $(numfmt --from=iec "${BS^^}") ))" --fdatasync=1 --ioengine=psync \
-    --randrepeat=0 --output-format=json)
+  out=$(fio --name=su --directory="$mnt" --filename_format='f.$jobnum' --numjobs="$JOBS" \
+    --rw=randwrite --bs="$BS" --size="$REGION" --group_reporting \
+    --io_size="$(( N / JOBS * $(numfmt --from=iec "${BS^^}") ))" --fdatasync=1 \
+    --ioengine=psync --randrepeat=0 --output-format=json)
   if [ "$t" = ext4 ]; then umount "$mnt"; else unmount_wait "$mnt" "$pid"; pid=""; fi
   s1=$(written_sectors "$loop"); r1=$(write_requests "$loop")
   if [ "$t" != ext4 ]; then
@@ -94,7 +98,8 @@ import statistics, sys
 reps, n = int(sys.argv[1]), int(sys.argv[2]); targets = sys.argv[3:]
 b = {$(for k in "${!bytes[@]}"; do printf "'%s': %s, " "$k" "${bytes[$k]}"; done)}
 io = {$(for k in "${!iops[@]}"; do printf "'%s': %s, " "$k" "${iops[$k]}"; done)}
-print(f"{n} random $BS-byte overwrites + fdatasync in the first $REGION of a ${FILE_MB} MiB file, "
+print(f"{n} random $BS-byte overwrites + fdatasync in the first $REGION of a ${FILE_MB} MiB file "
+      f"($JOBS job(s), each its own file), "
       f"bytes written by the device to the end of unmount, {reps} reps (mean, min..max):")
 for t in targets:
     v = [b[f"{t},{r}"] / n for r in range(1, reps + 1)]

@@ -228,6 +228,70 @@ fn a_page_read_before_its_partial_write_is_kept_for_the_comparison() {
 }
 
 #[test]
+fn concurrent_fsyncs_share_a_batch_and_all_survive() {
+    // four writers, each updating its own durable file with an fsync after every update, on
+    // a device whose flush takes a millisecond: fsyncs that arrive while a batch is being
+    // written are served together by the next one
+    let mem = common::new_dev(64 << 20);
+    let fault = Arc::new(FaultDevice::new(
+        mem as Arc<dyn BlockDevice>,
+        FaultConfig::default(),
+    ));
+    let slow = Arc::new(common::Slow {
+        inner: fault.clone() as Arc<dyn BlockDevice>,
+        read: std::time::Duration::ZERO,
+        flush: std::time::Duration::from_millis(1),
+    });
+    let fs = Arc::new(Fs::mount(slow as Arc<dyn BlockDevice>, opts()).expect("mount"));
+    let mut files = Vec::new();
+    for k in 0..4u8 {
+        let ino = fs
+            .create(ROOT_INO, &[b'f', b'0' + k], 0o644, common::ME)
+            .expect("create")
+            .ino;
+        let data = vec![k; 8 * BS];
+        fs.write(ino, 0, &data).expect("write");
+        files.push((ino, data));
+    }
+    fs.sync().expect("sync");
+    let c0 = fs.counters();
+    let threads: Vec<_> = files
+        .into_iter()
+        .enumerate()
+        .map(|(k, (ino, mut model))| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(k as u64);
+                for _ in 0..50 {
+                    let len = rng.gen_range(1..200);
+                    let off = rng.gen_range(0..model.len() - len);
+                    let b: u8 = rng.gen();
+                    fs.write(ino, off as u64, &vec![b; len]).expect("write");
+                    model[off..off + len].fill(b);
+                    fs.fsync(ino, true).expect("fsync");
+                }
+                (ino, model)
+            })
+        })
+        .collect();
+    let models: Vec<(u64, Vec<u8>)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let c = fs.counters().since(&c0);
+    assert_eq!((c.commits, c.bytelog_fsyncs), (0, 200), "{c:?}");
+    assert!(
+        c.bytelog_batches < 190,
+        "fsyncs did not share batches: {} batches for 200 fsyncs",
+        c.bytelog_batches
+    );
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let dev = Arc::new(MemDevice::from_bytes(image));
+    let fs2 = Fs::mount(dev as Arc<dyn BlockDevice>, opts()).expect("mount");
+    for (ino, model) in models {
+        assert!(fs2.read(ino, 0, model.len() as u32).expect("read") == model);
+    }
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
 fn the_log_wraps_and_commits_when_full() {
     let (fault, fs, ino, mut model) = setup(opts(), 64 * BS);
     let sb = fs.superblock();

@@ -220,14 +220,25 @@ pub(crate) enum Target {
     Tier(u64),
 }
 
-/// What the per-file path found for a file.
-pub(crate) enum Plan {
-    /// Nothing of the file is unsaved (the last commit or earlier records hold it all).
-    Nothing,
-    /// Write this batch (one request) and make it durable.
-    Batch { to: Target, bytes: Vec<u8> },
-    /// Not for the byte log: commit.
-    Commit,
+/// What an fsync of one file logs: its records (none when the last commit or earlier
+/// records hold everything), the blocks they log, how many of those had no record yet, its
+/// times, and the bytes of file data.
+pub(crate) struct FilePlan {
+    ino: u64,
+    records: Vec<Record>,
+    logs: Vec<LogBlock>,
+    newly_logged: u64,
+    times: [(i64, u32); 3],
+    data_bytes: u64,
+}
+
+/// fsyncs waiting for the byte log (`Inner::bytelog_waiting`) and what became of those a
+/// batch took (`done`): served, or to commit.
+#[derive(Default)]
+pub(crate) struct Waiting {
+    next: u64,
+    queue: Vec<(u64, u64)>,
+    done: rustc_hash::FxHashMap<u64, bool>,
 }
 
 impl Inner {
@@ -246,21 +257,22 @@ impl Inner {
         Ok(n.kind_mode() == libc::S_IFREG && n.saved.is_some() && !n.xattr_dirty)
     }
 
-    /// Plans the per-file fsync of `ino` (module comment). Only with no commit in flight:
-    /// the caller holds `commit_mx`.
-    pub(crate) fn bytelog_plan(&mut self, ino: u64) -> FsResult<Plan> {
+    /// What an fsync of `ino` would log (module comment): None when it must commit. Only
+    /// with no commit in flight: the caller holds `commit_mx`. Records are numbered from 0
+    /// here; the batch numbers them.
+    fn plan_file(&mut self, ino: u64) -> FsResult<Option<FilePlan>> {
         if !self.bytelog_candidate(ino)? || self.committing {
-            return Ok(Plan::Commit);
+            return Ok(None);
         }
         let bs = self.bs();
         let node = &self.inodes[&ino];
         let Some(saved) = &node.saved else {
-            return Ok(Plan::Commit);
+            return Ok(None);
         };
         let mut same = node.d.clone();
         [same.atime, same.mtime, same.ctime] = [saved.atime, saved.mtime, saved.ctime];
         if same != *saved || node.meta_reserved || node.dir.is_some() {
-            return Ok(Plan::Commit);
+            return Ok(None);
         }
         let now_times = times(&node.d);
         let times_changed = now_times != node.logged_times;
@@ -271,17 +283,17 @@ impl Inner {
         for idx in dirty {
             let cb = node.cache.get(&idx).expect("dirty blocks are cached");
             if cb.reserved {
-                return Ok(Plan::Commit);
+                return Ok(None);
             }
             if cb.unknown {
                 reads += 1;
                 if reads > MAX_HOME_READS {
-                    return Ok(Plan::Commit);
+                    return Ok(None);
                 }
             } else if cb.unlogged.count_ones().min(units) as usize * UNIT
                 >= self.opts.bytelog_threshold as usize
             {
-                return Ok(Plan::Commit);
+                return Ok(None);
             }
             blocks.push((idx, cb.unknown, cb.logged));
         }
@@ -290,7 +302,7 @@ impl Inner {
         for (idx, unknown, logged) in blocks {
             let phys = self.bmap(ino, idx)?;
             if phys == 0 {
-                return Ok(Plan::Commit);
+                return Ok(None);
             }
             let (log, found) = if unknown {
                 // A whole block arrived without a cached copy: the old one is at home.
@@ -302,7 +314,7 @@ impl Inner {
                 if c.count_ones() as usize * UNIT >= self.opts.bytelog_threshold as usize {
                     // keep what was found: the next fsync need not read it again
                     node.cache.set_changed(idx, c);
-                    return Ok(Plan::Commit);
+                    return Ok(None);
                 }
                 (c, Some(c))
             } else {
@@ -314,15 +326,8 @@ impl Inner {
             }
         }
         let newly_logged = logs.iter().filter(|l| !l.4).count() as u64;
-        let journal_share = self.journal.as_ref().map_or(0, |j| j.len / 4);
-        let log = self.bytelog.as_ref().expect("candidate has a byte log");
-        if log.live_blocks + newly_logged > journal_share {
-            // The next commit journals every logged block: keep that within a share of
-            // the journal.
-            return Ok(Plan::Commit);
-        }
         let mut records = Vec::new();
-        let mut seq = log.next_seq;
+        let mut seq = 0;
         let mut data_bytes = 0u64;
         let node = &self.inodes[&ino];
         for (idx, phys, units_to_log, _, _) in &logs {
@@ -359,13 +364,62 @@ impl Inner {
                 body: RecordBody::Times(now_times),
             });
         }
-        if records.is_empty() {
-            self.note_logged(ino, &logs);
-            return Ok(Plan::Nothing);
+        Ok(Some(FilePlan {
+            ino,
+            records,
+            logs,
+            newly_logged,
+            times: now_times,
+            data_bytes,
+        }))
+    }
+    /// Plans one batch for the fsyncs `reqs` (request, inode) waiting for the byte log:
+    /// each request's outcome (served, or left to a commit) and the batch's I/O, if there
+    /// is anything to write. Only with no commit in flight (`commit_mx` held).
+    fn plan_batch(&mut self, reqs: &[(u64, u64)]) -> FsResult<BatchPlan> {
+        let journal_share = self.journal.as_ref().map_or(0, |j| j.len / 4);
+        let mut outcomes = Vec::with_capacity(reqs.len());
+        let mut files: Vec<(u64, FilePlan)> = Vec::new();
+        let mut newly = 0;
+        for &(req, ino) in reqs {
+            if files.iter().any(|(_, f)| f.ino == ino) {
+                // the same file twice: one plan serves both
+                outcomes.push((req, true));
+                continue;
+            }
+            let plan = match self.plan_file(ino) {
+                Ok(p) => p,
+                Err(FsError::Stale { .. }) => None, // gone: its own fsync says so
+                Err(e) => return Err(e),
+            };
+            let live = self.bytelog.as_ref().map_or(0, |l| l.live_blocks);
+            match plan {
+                // The next commit journals every logged block that changed again: keep
+                // those within a share of the journal.
+                Some(f) if live + newly + f.newly_logged <= journal_share => {
+                    newly += f.newly_logged;
+                    outcomes.push((req, true));
+                    files.push((req, f));
+                }
+                _ => outcomes.push((req, false)),
+            }
         }
-        let log = self.bytelog.as_mut().expect("candidate has a byte log");
+        let log = self.bytelog.as_mut().expect("candidates have a byte log");
+        let mut records: Vec<Record> = Vec::new();
+        for (_, f) in files.iter_mut() {
+            for mut r in f.records.drain(..) {
+                r.seq = log.next_seq + records.len() as u64;
+                records.push(r);
+            }
+        }
+        if records.is_empty() {
+            for (_, f) in &files {
+                self.note_logged(f.ino, &f.logs);
+            }
+            return Ok((outcomes, None));
+        }
         // A small batch goes to the tier (no device flush); a larger one, or one the tier
-        // has no room for (a spill), to the device log.
+        // has no room for (a spill), to the device log; no room there: everyone commits.
         let small = batch_bytes(&records) < self.opts.nvm_threshold as usize;
         let words = batch_bytes(&records).div_ceil(8) as u64;
         let in_tier = match log.tier.as_ref() {
@@ -376,7 +430,14 @@ impl Inner {
         let on_device = if in_tier.is_none() {
             match log.ring.place(n) {
                 Some(p) => Some(p),
-                None => return Ok(Plan::Commit),
+                None => {
+                    for o in outcomes.iter_mut() {
+                        if files.iter().any(|(r, _)| *r == o.0) {
+                            o.1 = false;
+                        }
+                    }
+                    return Ok((outcomes, None));
+                }
             }
         } else {
             None
@@ -386,8 +447,8 @@ impl Inner {
         }
         let count = records.len() as u64;
         log.next_seq += count;
-        log.live_blocks += newly_logged;
-        let (to, bytes) = match (in_tier, on_device) {
+        log.live_blocks += newly;
+        let io = match (in_tier, on_device) {
             (Some(w), _) => {
                 let t = log.tier.as_mut().expect("placed in the tier");
                 t.ring.head = w + words;
@@ -409,11 +470,14 @@ impl Inner {
             }
             (None, None) => unreachable!("placed above"),
         };
-        self.note_logged(ino, &logs);
-        self.inodes.get_mut(&ino).expect("loaded").logged_times = now_times;
+        for (_, f) in &files {
+            self.note_logged(f.ino, &f.logs);
+            self.inodes.get_mut(&f.ino).expect("loaded").logged_times = f.times;
+            self.counters.bytelog_data_bytes += f.data_bytes;
+        }
         self.counters.bytelog_records += count;
-        self.counters.bytelog_data_bytes += data_bytes;
-        Ok(Plan::Batch { to, bytes })
+        self.counters.bytelog_batches += 1;
+        Ok((outcomes, Some(io)))
     }
 }
 
@@ -431,39 +495,63 @@ impl Inner {
     }
 }
 
+/// Each request's outcome (served, or to commit) and the batch to write, if any.
+type BatchPlan = (Vec<(u64, bool)>, Option<(Target, Vec<u8>)>);
+
 /// A block an fsync logs: (logical block, home, units to log, changed units if found by
 /// reading home, it had records already).
 type LogBlock = (u64, u64, Units, Option<Units>, bool);
 
 impl Fs {
     /// The per-file fsync path (module comment): true when the byte log served the fsync
-    /// of `ino` (its changes are durable), false when it must commit.
+    /// of `ino` (its changes are durable), false when it must commit. Group commit: an
+    /// fsync registers and takes `commit_mx`; the first to get it writes one batch for every
+    /// fsync registered by then (each file's records) and flushes once; the others, when
+    /// they get `commit_mx` in turn, find their outcome and return.
     pub(super) fn fsync_bytelog(&self, ino: u64) -> FsResult<bool> {
-        if !self.lock().bytelog_candidate(ino)? {
-            return Ok(false);
-        }
+        let req = {
+            let mut g = self.lock();
+            if !g.bytelog_candidate(ino)? {
+                return Ok(false);
+            }
+            let w = &mut g.bytelog_waiting;
+            w.next += 1;
+            let req = w.next;
+            w.queue.push((req, ino));
+            req
+        };
         // A job of the committer: no commit in flight while it plans and writes.
         let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
         let mut g = self.lock();
-        let plan = match g.bytelog_plan(ino) {
-            Ok(p) => p,
-            Err(e) => {
-                if !matches!(e, FsError::Stale { .. }) {
-                    g.failed = true; // a read of a home block failed, or the image is bad
+        if let Some(served) = g.bytelog_waiting.done.remove(&req) {
+            return Ok(served);
+        }
+        let reqs = std::mem::take(&mut g.bytelog_waiting.queue);
+        let settle = |g: &mut Inner, outcomes: &[(u64, bool)]| {
+            for &(r, served) in outcomes {
+                if served {
+                    g.counters.bytelog_fsyncs += 1;
+                } else {
+                    g.counters.bytelog_fallbacks += 1;
                 }
+                if r != req {
+                    g.bytelog_waiting.done.insert(r, served);
+                }
+            }
+            outcomes.iter().find(|o| o.0 == req).is_some_and(|o| o.1)
+        };
+        let (outcomes, io) = match g.plan_batch(&reqs) {
+            Ok(x) => x,
+            Err(e) => {
+                // a read of a home block failed, or the image is bad: nothing more is written
+                g.failed = true;
+                let all: Vec<(u64, bool)> = reqs.iter().map(|r| (r.0, false)).collect();
+                settle(&mut g, &all);
                 return Err(e);
             }
         };
-        let (to, bytes) = match plan {
-            Plan::Nothing => {
-                g.counters.bytelog_fsyncs += 1;
-                return Ok(true);
-            }
-            Plan::Commit => {
-                g.counters.bytelog_fallbacks += 1;
-                return Ok(false);
-            }
-            Plan::Batch { to, bytes } => (to, bytes),
+        let Some((to, bytes)) = io else {
+            return Ok(settle(&mut g, &outcomes));
         };
         g.committing = true;
         let dev = g.dev.clone();
@@ -485,14 +573,16 @@ impl Fs {
         g.committing = false;
         let r = match r {
             Ok(()) => {
-                g.counters.bytelog_fsyncs += 1;
                 if let Some(j) = g.journal.as_mut().filter(|_| flushed) {
                     j.flushed(); // every checkpoint write issued so far is durable too
                 }
-                Ok(true)
+                Ok(settle(&mut g, &outcomes))
             }
             Err(e) => {
+                // the others fall back to a commit, which refuses: the file system failed
                 g.failed = true;
+                let all: Vec<(u64, bool)> = reqs.iter().map(|r| (r.0, false)).collect();
+                settle(&mut g, &all);
                 Err(e.into())
             }
         };

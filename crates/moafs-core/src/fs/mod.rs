@@ -66,6 +66,8 @@ pub(crate) struct Inner {
     pub journal: Option<journal::Journal>,
     /// The byte log (None on images made without one, and on read-only mounts).
     pub bytelog: Option<bytelog::ByteLog>,
+    /// fsyncs waiting for the byte log, and the outcomes of those a batch took.
+    pub bytelog_waiting: bytelog::Waiting,
     /// Blocks of the transaction being built by a commit: (home block, image).
     pub txn: Vec<(u64, Vec<u8>)>,
     /// `journal=data`: data blocks the current transaction may still carry.
@@ -232,6 +234,7 @@ impl Fs {
                 pending_prev_inodes: Vec::new(),
             },
             journal: journal::Journal::new(&sb, last_seq),
+            bytelog_waiting: Default::default(),
             bytelog: if opts.read_only {
                 None
             } else {

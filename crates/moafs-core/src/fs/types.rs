@@ -342,6 +342,9 @@ pub struct EngineCounters {
     /// fsyncs that wanted the byte log but committed: a change it cannot log, a block
     /// above the threshold, or no room left in the log.
     pub bytelog_fallbacks: u64,
+    /// Batches written (one per group of fsyncs served together: fsyncs / batches is the
+    /// byte log's group commit).
+    pub bytelog_batches: u64,
     /// Batches (and their bytes, padded to 8) that went to the NVM tier instead of the
     /// device; small batches the tier had no room for (they went to the device log).
     pub tier_batches: u64,
@@ -393,6 +396,7 @@ impl EngineCounters {
             bytelog_data_bytes: self.bytelog_data_bytes.saturating_sub(e.bytelog_data_bytes),
             bytelog_home_reads: self.bytelog_home_reads.saturating_sub(e.bytelog_home_reads),
             bytelog_fallbacks: self.bytelog_fallbacks.saturating_sub(e.bytelog_fallbacks),
+            bytelog_batches: self.bytelog_batches.saturating_sub(e.bytelog_batches),
             tier_batches: self.tier_batches.saturating_sub(e.tier_batches),
             tier_bytes: self.tier_bytes.saturating_sub(e.tier_bytes),
             tier_spills: self.tier_spills.saturating_sub(e.tier_spills),
