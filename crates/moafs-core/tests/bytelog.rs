@@ -52,6 +52,14 @@ fn recover(image: Vec<u8>, ino: u64, len: usize) -> (Fs, Vec<u8>) {
     (fs, got)
 }
 
+/// A power cut now (every unflushed write lost): after recovery the file holds `model`.
+fn survives(fault: &FaultDevice, ino: u64, model: &[u8]) {
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len());
+    assert!(got == model, "an acknowledged update was lost");
+    fs2.unmount().expect("unmount");
+}
+
 #[test]
 fn small_overwrites_are_logged_not_committed_and_survive_a_power_cut() {
     // 32 blocks: within the share of the journal (256 blocks on 64 MiB) that logged blocks
@@ -75,10 +83,7 @@ fn small_overwrites_are_logged_not_committed_and_survive_a_power_cut() {
     // two when an update straddles two blocks
     assert!((200..=220).contains(&c.bytelog_sectors), "{c:?}");
     // Power cut: nothing unflushed survives; every acknowledged byte must.
-    let image = fault.power_cut(CutMode::DropAll).expect("image");
-    let (fs2, got) = recover(image, ino, model.len());
-    assert!(got == model, "an acknowledged update was lost");
-    fs2.unmount().expect("unmount");
+    survives(&fault, ino, &model);
 }
 
 #[test]
@@ -192,10 +197,7 @@ fn whole_pages_without_a_cached_copy_are_compared_with_home() {
     assert_eq!(c.bytelog_home_reads, 1);
     // the 10 bytes at 300 lie in one 128-byte unit
     assert_eq!((c.bytelog_records, c.bytelog_data_bytes), (1, 128), "{c:?}");
-    let image = fault.power_cut(CutMode::DropAll).expect("image");
-    let (fs2, got) = recover(image, ino, model.len());
-    assert!(got == model);
-    fs2.unmount().expect("unmount");
+    survives(&fault, ino, &model);
 }
 
 #[test]
@@ -221,10 +223,7 @@ fn a_page_read_before_its_partial_write_is_kept_for_the_comparison() {
     let c0 = fs.counters();
     fs.fsync(ino, true).expect("fsync");
     assert_eq!(fs.counters().since(&c0).bytelog_home_reads, 1);
-    let image = fault.power_cut(CutMode::DropAll).expect("image");
-    let (fs2, got) = recover(image, ino, model.len());
-    assert!(got == model);
-    fs2.unmount().expect("unmount");
+    survives(&fault, ino, &model);
 }
 
 #[test]
@@ -309,10 +308,7 @@ fn the_log_wraps_and_commits_when_full() {
     let c = fs.counters().since(&c0);
     assert!(c.commits >= 2, "a full log did not commit: {c:?}");
     assert!(c.bytelog_fsyncs > sectors, "{c:?}");
-    let image = fault.power_cut(CutMode::DropAll).expect("image");
-    let (fs2, got) = recover(image, ino, model.len());
-    assert!(got == model);
-    fs2.unmount().expect("unmount");
+    survives(&fault, ino, &model);
 }
 
 #[test]
@@ -335,10 +331,8 @@ fn recovery_then_more_updates_then_another_crash() {
     fs2.write(ino, 100, &[2u8; 50]).expect("write");
     model[100..150].fill(2);
     fs2.sync().expect("sync"); // a commit: the second life's bytes are home
-    let image = fault2.power_cut(CutMode::DropAll).expect("image");
-    let (fs3, got) = recover(image, ino, model.len());
-    assert!(got == model, "an old record was replayed over newer bytes");
-    fs3.unmount().expect("unmount");
+                               // (an old record replayed over newer bytes would fail this)
+    survives(&fault2, ino, &model);
 }
 
 #[test]
@@ -359,10 +353,7 @@ fn journal_modes_and_writeback() {
         model[4000..4200].fill(3);
         fs.fsync(ino, false).expect("fsync");
         assert_eq!(fs.counters().bytelog_fsyncs == 1, served, "{mode:?}");
-        let image = fault.power_cut(CutMode::DropAll).expect("image");
-        let (fs2, got) = recover(image, ino, model.len());
-        assert!(got == model, "{mode:?}");
-        fs2.unmount().expect("unmount");
+        survives(&fault, ino, &model);
     }
 }
 
