@@ -356,3 +356,112 @@ pub fn table(r: &BytelogReport) -> String {
     }
     s
 }
+
+/// Two bar charts (SVG): flash bytes and operations per second of each configuration,
+/// relative to block-only write-back, per workload.
+pub fn plots(r: &BytelogReport) -> Result<Vec<(String, String)>, String> {
+    use plotters::prelude::*;
+    let workloads: Vec<&str> = {
+        let mut w: Vec<&str> = Vec::new();
+        for row in &r.rows {
+            if !w.contains(&row.workload.as_str()) {
+                w.push(&row.workload);
+            }
+        }
+        w
+    };
+    let colors = [RED, BLUE, GREEN];
+    let mut out = Vec::new();
+    for (file, what, value) in [
+        (
+            "bytelog-flash-bytes.svg",
+            "flash bytes written, vs block-only",
+            (|x: &BytelogRow| x.flash_bytes as f64) as fn(&BytelogRow) -> f64,
+        ),
+        (
+            "bytelog-ops.svg",
+            "operations per second (modelled), vs block-only",
+            |x: &BytelogRow| x.ops_per_sec,
+        ),
+    ] {
+        let ratio = |w: &str, c: &str| -> f64 {
+            let get = |c: &str| {
+                r.rows
+                    .iter()
+                    .find(|x| x.workload == w && x.config == c)
+                    .map(value)
+            };
+            match (get(c), get("block")) {
+                (Some(v), Some(b)) if b > 0.0 => v / b,
+                _ => 0.0,
+            }
+        };
+        let top = workloads
+            .iter()
+            .flat_map(|w| CONFIGS.iter().map(move |c| (w, c)))
+            .map(|(w, c)| ratio(w, c))
+            .fold(1.0, f64::max)
+            * 1.2;
+        let mut svg = String::new();
+        {
+            let root = SVGBackend::with_string(&mut svg, (640, 360)).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| e.to_string())?;
+            let n = workloads.len() as f64;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(
+                    format!("paper 003 on a model flash card: {what}"),
+                    ("sans-serif", 16),
+                )
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(50)
+                .build_cartesian_2d(0.0..n, 0.0..top)
+                .map_err(|e| e.to_string())?;
+            let names = workloads.clone();
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(workloads.len() * 2 + 1)
+                .x_label_formatter(&|x| {
+                    let k = *x - 0.5;
+                    if (k - k.round()).abs() < 1e-6 && k >= 0.0 {
+                        names
+                            .get(k.round() as usize)
+                            .map_or(String::new(), |s| s.to_string())
+                    } else {
+                        String::new()
+                    }
+                })
+                .y_desc("ratio to block-only")
+                .draw()
+                .map_err(|e| e.to_string())?;
+            for (ci, c) in CONFIGS.iter().enumerate() {
+                let color = colors[ci % colors.len()];
+                let bars: Vec<Rectangle<(f64, f64)>> = workloads
+                    .iter()
+                    .enumerate()
+                    .map(|(wi, w)| {
+                        let x0 = wi as f64 + 0.15 + ci as f64 * 0.23;
+                        Rectangle::new([(x0, 0.0), (x0 + 0.2, ratio(w, c))], color.filled())
+                    })
+                    .collect();
+                chart
+                    .draw_series(bars)
+                    .map_err(|e| e.to_string())?
+                    .label(*c)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                    });
+            }
+            chart
+                .configure_series_labels()
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.8))
+                .draw()
+                .map_err(|e| e.to_string())?;
+            root.present().map_err(|e| e.to_string())?;
+        }
+        out.push((file.to_string(), svg));
+    }
+    Ok(out)
+}

@@ -2,7 +2,9 @@
 //! configurations, the byte log (and more so the tier) cuts what the flash programs for
 //! fsync-heavy SQLite updates, leaves workloads it does not serve unchanged, and the modelled
 //! figures of block-only write-back are reproducible.
-use moafs_bench::bytelog_exp::{run, table, BytelogExpConfig, BytelogReport, CONFIGS, WORKLOADS};
+use moafs_bench::bytelog_exp::{
+    plots, run, table, BytelogExpConfig, BytelogReport, CONFIGS, WORKLOADS,
+};
 
 fn small() -> BytelogExpConfig {
     BytelogExpConfig {
@@ -39,6 +41,14 @@ fn the_byte_log_cuts_flash_writes_of_fsynced_sqlite_updates() {
     // without fsync the byte log is not used: the same device writes
     let (a, b) = (row(&r, "tio-128", "block"), row(&r, "tio-128", "two-level"));
     assert_eq!(a.device_bytes, b.device_bytes);
+    // two plots, naming every workload and configuration
+    let svgs = plots(&r).unwrap();
+    assert_eq!(svgs.len(), 2);
+    for (_, svg) in &svgs {
+        for w in WORKLOADS.iter().chain(CONFIGS) {
+            assert!(svg.contains(w), "{w} missing from a plot");
+        }
+    }
     // the flash did work of its own: garbage collection at 75 % after random writes
     assert!(block.flash.gc_copies > 0 && block.flash.erases > 0);
     // deterministic where the clock has no say (a served fsync logs the times only when

@@ -164,5 +164,12 @@ fn cmd_bytelog(a: &ExperimentArgs) -> Result<(), String> {
         let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
     }
+    if let Some(dir) = &a.svg_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for (name, svg) in bytelog_exp::plots(&report)? {
+            let p = dir.join(name);
+            std::fs::write(&p, svg).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+    }
     Ok(())
 }
