@@ -1033,7 +1033,7 @@ pub fn inspect_with(
             error,
         });
     }
-    let hex: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::format::hex(&sb.uuid);
     let label_end = sb.label.iter().position(|b| *b == 0).unwrap_or(32);
     Ok(InspectReport {
         format_version: sb.format_version,
@@ -1079,9 +1079,7 @@ pub fn inspect_with(
                 live_records: live.as_ref().ok().map(Vec::len),
                 error: live.err().map(|e| e.to_string()),
                 nvm_path: sb.has_nvm().then(|| sb.nvm_path.clone()),
-                nvm_uuid: sb
-                    .has_nvm()
-                    .then(|| sb.nvm_uuid.iter().map(|b| format!("{b:02x}")).collect()),
+                nvm_uuid: sb.has_nvm().then(|| crate::format::hex(&sb.nvm_uuid)),
                 nvm_size: sb.has_nvm().then_some(sb.nvm_size),
                 nvm_tail: sb.has_nvm().then_some(sb.nvm_tail),
             }

@@ -3,7 +3,7 @@
 //! these tests check what the path does and does not take, and recovery by hand.
 
 mod common;
-use moafs_core::device::{BlockDevice, CutMode, FaultConfig, FaultDevice, MemDevice};
+use moafs_core::device::{BlockDevice, CutMode, FaultConfig, FaultDevice, MemDevice, Nvm};
 use moafs_core::fs::{JournalMode, MountOptions, SetAttr, ROOT_INO};
 use moafs_core::Fs;
 use rand::rngs::StdRng;
@@ -12,15 +12,19 @@ use std::sync::Arc;
 
 const BS: usize = 4096;
 
-/// A file system on a fault device (for crash images), with a file of `len` bytes of
-/// pattern made durable by a commit.
-fn setup(opts: MountOptions, len: usize) -> (Arc<FaultDevice>, Fs, u64, Vec<u8>) {
+/// A file system on a fault device (for crash images), mounted with `tier` if given, with a
+/// file of `len` bytes of pattern made durable by a commit.
+fn setup_with(
+    opts: MountOptions,
+    len: usize,
+    tier: Option<(Arc<dyn Nvm>, String)>,
+) -> (Arc<FaultDevice>, Fs, u64, Vec<u8>) {
     let mem = common::new_dev(64 << 20);
     let fault = Arc::new(FaultDevice::new(
         mem as Arc<dyn BlockDevice>,
         FaultConfig::default(),
     ));
-    let fs = Fs::mount(fault.clone() as Arc<dyn BlockDevice>, opts).expect("mount");
+    let fs = Fs::mount_with_tier(fault.clone() as Arc<dyn BlockDevice>, tier, opts).expect("mount");
     let ino = fs
         .create(ROOT_INO, b"f", 0o644, common::ME)
         .expect("create")
@@ -29,6 +33,23 @@ fn setup(opts: MountOptions, len: usize) -> (Arc<FaultDevice>, Fs, u64, Vec<u8>)
     fs.write(ino, 0, &data).expect("write");
     fs.sync().expect("sync");
     (fault, fs, ino, data)
+}
+
+fn setup(opts: MountOptions, len: usize) -> (Arc<FaultDevice>, Fs, u64, Vec<u8>) {
+    setup_with(opts, len, None)
+}
+
+/// `n` random overwrites of 1..`max` bytes, each followed by an fsync, applied to `model` too.
+fn updates(fs: &Fs, ino: u64, model: &mut [u8], n: usize, max: usize, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    for _ in 0..n {
+        let len = rng.gen_range(1..max);
+        let off = rng.gen_range(0..model.len() - len);
+        let b: u8 = rng.gen();
+        fs.write(ino, off as u64, &vec![b; len]).expect("write");
+        model[off..off + len].fill(b);
+        fs.fsync(ino, true).expect("fsync");
+    }
 }
 
 fn opts() -> MountOptions {
@@ -66,15 +87,7 @@ fn small_overwrites_are_logged_not_committed_and_survive_a_power_cut() {
     // may take before a commit must write them
     let (fault, fs, ino, mut model) = setup(opts(), 32 * BS);
     let before = fs.counters();
-    let mut rng = StdRng::seed_from_u64(1);
-    for _ in 0..200 {
-        let off = rng.gen_range(0..model.len() - 300);
-        let len = rng.gen_range(1..300);
-        let b: u8 = rng.gen();
-        fs.write(ino, off as u64, &vec![b; len]).expect("write");
-        model[off..off + len].fill(b);
-        fs.fsync(ino, true).expect("fsync");
-    }
+    updates(&fs, ino, &mut model, 200, 300, 1);
     let c = fs.counters().since(&before);
     assert_eq!(c.commits, 0, "a small overwrite's fsync committed: {c:?}");
     assert_eq!(c.bytelog_fsyncs, 200);
@@ -359,7 +372,7 @@ fn journal_modes_and_writeback() {
 
 mod tier {
     use super::*;
-    use moafs_core::device::{FaultNvm, MemNvm, Nvm, NvmCut, NvmModel};
+    use moafs_core::device::{FaultNvm, MemNvm, NvmCut, NvmModel};
 
     const PATH: &str = "/dev/shm/the-tier";
 
@@ -373,45 +386,16 @@ mod tier {
         len: usize,
         tier_size: u64,
     ) -> (Arc<FaultDevice>, Arc<FaultNvm>, Fs, u64, Vec<u8>) {
-        let mem = common::new_dev(64 << 20);
-        let fault = Arc::new(FaultDevice::new(
-            mem as Arc<dyn BlockDevice>,
-            FaultConfig::default(),
-        ));
         let nvm = Arc::new(FaultNvm::new(tier_size));
-        let fs = Fs::mount_with_tier(
-            fault.clone() as Arc<dyn BlockDevice>,
-            with_tier(&nvm),
-            opts(),
-        )
-        .expect("mount with a tier");
-        let ino = fs
-            .create(ROOT_INO, b"f", 0o644, common::ME)
-            .expect("create")
-            .ino;
-        let data: Vec<u8> = (0..len).map(|i| (i * 13 % 253) as u8).collect();
-        fs.write(ino, 0, &data).expect("write");
-        fs.sync().expect("sync");
+        let (fault, fs, ino, data) = setup_with(opts(), len, with_tier(&nvm));
         (fault, nvm, fs, ino, data)
-    }
-
-    fn updates(fs: &Fs, ino: u64, model: &mut [u8], n: usize, seed: u64) {
-        let mut rng = StdRng::seed_from_u64(seed);
-        for _ in 0..n {
-            let len = rng.gen_range(1..200);
-            let off = rng.gen_range(0..model.len() - len);
-            let b: u8 = rng.gen();
-            fs.write(ino, off as u64, &vec![b; len]).expect("write");
-            model[off..off + len].fill(b);
-            fs.fsync(ino, true).expect("fsync");
-        }
     }
 
     #[test]
     fn small_batches_go_to_the_tier_without_a_device_flush_and_survive() {
         let (fault, nvm, fs, ino, mut model) = setup_tier(32 * BS, 1 << 20);
         let (c0, d0) = (fs.counters(), fs.device_counters());
-        updates(&fs, ino, &mut model, 100, 3);
+        updates(&fs, ino, &mut model, 100, 200, 3);
         let (c, d) = (fs.counters().since(&c0), fs.device_counters());
         assert_eq!(
             (c.commits, c.bytelog_fsyncs, c.tier_batches),
@@ -474,7 +458,7 @@ mod tier {
         // 64 KiB tier: 60 KiB of ring, ~150 batches of ~400 bytes
         let (fault, nvm, fs, ino, mut model) = setup_tier(32 * BS, 64 << 10);
         let c0 = fs.counters();
-        updates(&fs, ino, &mut model, 400, 5);
+        updates(&fs, ino, &mut model, 400, 200, 5);
         let c = fs.counters().since(&c0);
         assert!(c.tier_spills > 0, "{c:?}");
         assert!(c.tier_batches > 0 && c.bytelog_sectors > 0, "{c:?}");

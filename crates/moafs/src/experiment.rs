@@ -88,22 +88,41 @@ pub(crate) fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
         seed: a.seed,
         ..d
     };
-    let report = match &a.from_json {
+    report(
+        a,
+        || cowrite_exp::run(&cfg, &mut |line| say!("{line}")),
+        cowrite_exp::table,
+        cowrite_exp::plots,
+    )
+}
+
+/// An experiment's plots: (file name, SVG) each.
+type Plots<R> = fn(&R) -> Result<Vec<(String, String)>, String>;
+
+/// Runs an experiment (or reads the report `--from-json` saved), prints its table, and
+/// writes `--json` and the `--svg-dir` plots.
+fn report<R: serde::Serialize + serde::de::DeserializeOwned>(
+    a: &ExperimentArgs,
+    run: impl FnOnce() -> std::io::Result<R>,
+    table: fn(&R) -> String,
+    plots: Plots<R>,
+) -> Result<(), String> {
+    let report: R = match &a.from_json {
         Some(p) => {
             let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
             serde_json::from_slice(&bytes)
                 .map_err(|e| format!("{}: not a saved experiment: {e}", p.display()))?
         }
-        None => cowrite_exp::run(&cfg, &mut |line| say!("{line}")).map_err(|e| e.to_string())?,
+        None => run().map_err(|e| e.to_string())?,
     };
-    say!("\n{}", cowrite_exp::table(&report));
+    say!("\n{}", table(&report));
     if let Some(p) = &a.json {
         let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     if let Some(dir) = &a.svg_dir {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for (name, svg) in cowrite_exp::plots(&report)? {
+        for (name, svg) in plots(&report)? {
             let p = dir.join(name);
             std::fs::write(&p, svg).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -151,25 +170,10 @@ fn cmd_bytelog(a: &ExperimentArgs) -> Result<(), String> {
         workloads,
         seed: a.seed,
     };
-    let report: bytelog_exp::BytelogReport = match &a.from_json {
-        Some(p) => {
-            let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{}: not a saved experiment: {e}", p.display()))?
-        }
-        None => bytelog_exp::run(&cfg, &mut |line| say!("{line}")).map_err(|e| e.to_string())?,
-    };
-    say!("\n{}", bytelog_exp::table(&report));
-    if let Some(p) = &a.json {
-        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
-    }
-    if let Some(dir) = &a.svg_dir {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for (name, svg) in bytelog_exp::plots(&report)? {
-            let p = dir.join(name);
-            std::fs::write(&p, svg).map_err(|e| format!("{}: {e}", p.display()))?;
-        }
-    }
-    Ok(())
+    report(
+        a,
+        || bytelog_exp::run(&cfg, &mut |line| say!("{line}")),
+        bytelog_exp::table,
+        bytelog_exp::plots,
+    )
 }

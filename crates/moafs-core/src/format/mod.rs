@@ -31,6 +31,11 @@ pub use xattr::{
 
 use crate::error::{FsError, FsResult};
 
+/// `bytes` as lowercase hex (uuids in messages and reports).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Longest file name in bytes.
 pub const NAME_MAX: usize = 255;
 /// Longest symlink target in bytes.

@@ -114,13 +114,13 @@ pub(crate) struct ByteLog {
 }
 
 impl ByteLog {
-    /// The byte log of `sb` (None without one); `last`: the newest record sequence number
-    /// known (the floor, or what replay applied). Empty: everything is home.
-    pub fn new(sb: &Superblock, last: u64) -> Option<ByteLog> {
+    /// The byte log of `sb` (None without one), empty: at mount every record is home (replay
+    /// moved the floor past what it applied), numbering goes on after the floor.
+    pub fn new(sb: &Superblock) -> Option<ByteLog> {
         sb.has_bytelog().then(|| ByteLog {
             start: sb.bytelog_start * sb.block_size as u64,
             ring: Ring::new(sb.bytelog_blocks as u64 * (sb.block_size as u64 / LOG_SECTOR as u64)),
-            next_seq: last.max(sb.bytelog_floor) + 1,
+            next_seq: sb.bytelog_floor + 1,
             uuid: sb.uuid,
             live_blocks: 0,
             tier: None,
@@ -164,7 +164,7 @@ pub(crate) fn attach_tier(
     let uuid = match TierHeader::decode(&h) {
         Some(th) if th.fs_uuid == sb.uuid => th.uuid,
         Some(th) => {
-            let other: String = th.fs_uuid.iter().map(|b| format!("{b:02x}")).collect();
+            let other = crate::format::hex(&th.fs_uuid);
             return Err(FsError::invalid(format!(
                 "{path} is the NVM tier of another file system ({other}), whose acknowledged \
                  updates it may hold: give another file (or zero this one to reuse it)"
@@ -242,19 +242,29 @@ pub(crate) struct Waiting {
 }
 
 impl Inner {
+    /// Whether this mount uses the byte log at all (on, the image has one, a mode that
+    /// orders in-place writes, writable): without it nothing tracks changed units.
+    pub(crate) fn bytelog_active(&self) -> bool {
+        self.opts.bytelog
+            && self.bytelog.is_some()
+            && self.opts.journal != JournalMode::Writeback
+            && !self.opts.read_only
+    }
+
     /// Whether an fsync of `ino` may be served by the byte log (cheap: no I/O, no commit
-    /// state); [`Inner::bytelog_plan`] decides.
+    /// state); `plan_file` decides.
     pub(crate) fn bytelog_candidate(&mut self, ino: u64) -> FsResult<bool> {
-        if !self.opts.bytelog
-            || self.bytelog.is_none()
-            || self.opts.journal == JournalMode::Writeback
-            || self.opts.read_only
-            || self.failed
-        {
+        if !self.bytelog_active() || self.failed {
             return Ok(false);
         }
         let n = self.inode(ino)?;
         Ok(n.kind_mode() == libc::S_IFREG && n.saved.is_some() && !n.xattr_dirty)
+    }
+
+    /// Whether `u` changed units are too many for byte records (the block path takes them).
+    fn over_threshold(&self, u: Units) -> bool {
+        let units = (self.bs() / UNIT) as u32;
+        u.count_ones().min(units) as usize * UNIT >= self.opts.bytelog_threshold as usize
     }
 
     /// What an fsync of `ino` would log (module comment): None when it must commit. Only
@@ -290,9 +300,7 @@ impl Inner {
                 if reads > MAX_HOME_READS {
                     return Ok(None);
                 }
-            } else if cb.unlogged.count_ones().min(units) as usize * UNIT
-                >= self.opts.bytelog_threshold as usize
-            {
+            } else if self.over_threshold(cb.unlogged) {
                 return Ok(None);
             }
             blocks.push((idx, cb.unknown, cb.logged));
@@ -309,10 +317,13 @@ impl Inner {
                 self.check_data_block(phys)?;
                 self.dev.read_at(phys * bs as u64, &mut home)?;
                 self.counters.bytelog_home_reads += 1;
-                let node = self.inodes.get_mut(&ino).expect("loaded");
-                let c = units_changed(&home, &node.cache.get(&idx).expect("dirty").data);
-                if c.count_ones() as usize * UNIT >= self.opts.bytelog_threshold as usize {
+                let c = units_changed(
+                    &home,
+                    &self.inodes[&ino].cache.get(&idx).expect("dirty").data,
+                );
+                if self.over_threshold(c) {
                     // keep what was found: the next fsync need not read it again
+                    let node = self.inodes.get_mut(&ino).expect("loaded");
                     node.cache.set_changed(idx, c);
                     return Ok(None);
                 }
@@ -730,7 +741,7 @@ pub fn read_live_records(
 
 /// The tier `sb` names, or an error that names it.
 fn check_tier<'a>(sb: &Superblock, tier: Option<&'a dyn Nvm>) -> FsResult<&'a dyn Nvm> {
-    let hex: String = sb.nvm_uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::format::hex(&sb.nvm_uuid);
     let Some(t) = tier else {
         return Err(FsError::invalid(format!(
             "acknowledged updates may be in the NVM tier {} (tier {hex}), which was not given: \

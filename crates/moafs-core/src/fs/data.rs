@@ -245,7 +245,7 @@ impl Inner {
         newly: bool,
         src: &[u8],
     ) -> FsResult<Change> {
-        if !self.opts.bytelog || newly {
+        if !self.bytelog_active() || newly {
             return Ok(Change::Units(Units::MAX));
         }
         if let Some(cb) = self.inode(ino)?.cache.get(&idx) {
@@ -254,8 +254,8 @@ impl Inner {
         Ok(Change::Unknown)
     }
 
-    /// Cache pressure on the write path (the dirty threshold is `Fs`'s: writers above it
-    /// wait for a commit, `over_dirty_max`).
+    /// Cache pressure on the write path, and after a read kept a block (the dirty threshold
+    /// is `Fs`'s: writers above it wait for a commit, `over_dirty_max`).
     pub(crate) fn after_dirtying(&mut self) -> FsResult<()> {
         let bs = self.bs() as u64;
         if self.book.cached() * bs > self.opts.cache_bytes {
@@ -523,8 +523,7 @@ impl Inner {
     /// reads (readahead, streams) are the page cache's alone.
     pub(crate) fn keeps_read<O: AsMut<[u8]>>(&self, plan: &ReadPlan<O>) -> bool {
         let bs = self.bs() as u64;
-        self.opts.bytelog
-            && self.bytelog.is_some()
+        self.bytelog_active()
             && plan.misses.len() == 1
             && plan.offset == plan.misses[0].0 * bs
             && plan.end == plan.offset + bs
@@ -551,10 +550,7 @@ impl Inner {
         Arc::make_mut(&mut buf).copy_from_slice(plan.out.as_mut());
         let node = self.inodes.get_mut(&ino).expect("checked above");
         node.cache.put_clean(&mut self.book, ino, idx, buf);
-        if self.book.cached() * self.bs() as u64 > self.opts.cache_bytes {
-            self.evict();
-        }
-        Ok(())
+        self.after_dirtying() // the cache's bound, as after a write
     }
 }
 

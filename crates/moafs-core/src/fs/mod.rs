@@ -238,7 +238,7 @@ impl Fs {
             bytelog: if opts.read_only {
                 None
             } else {
-                bytelog::ByteLog::new(&sb, 0)
+                bytelog::ByteLog::new(&sb)
             },
             txn: Vec::new(),
             txn_data_budget: 0,
@@ -641,9 +641,11 @@ impl Fs {
         self.mutate(|g| g.fallocate(ino, offset, len, mode))?;
         self.throttle()
     }
-    /// Makes the file and everything changed before durable (commits take the whole file
-    /// system): returns after the device flush of the commit that took the changes.
-    /// Concurrent fsyncs share one commit; nothing unsaved and no commit in flight: at once.
+    /// Makes the file durable (`docs/SEMANTICS.md`). A file whose only changes are small
+    /// overwrites (and its times) goes to the byte log: that file alone, one batch shared
+    /// with concurrent such fsyncs (`bytelog.rs`). Otherwise a commit of the whole file
+    /// system: returns after the device flush of the commit that took the changes;
+    /// concurrent fsyncs share one commit; nothing unsaved and no commit in flight: at once.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
         if self.fsync_bytelog(ino)? {
             return Ok(());
