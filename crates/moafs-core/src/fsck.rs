@@ -973,12 +973,16 @@ pub struct InspectReport {
 pub struct ByteLogInfo {
     pub start_block: u64,
     pub blocks: u32,
-    /// Records up to this sequence number are home; later ones begin at this sector.
+    /// Records up to this sequence number are home but for homeless blocks' (whose records
+    /// are read from `first` on); live records begin at this sector.
     pub floor: u64,
+    pub first: u64,
     pub tail_sector: u32,
-    /// Records above the floor found in the log (a mount would apply them after the
-    /// journal; only an image not cleanly unmounted has any).
+    /// Records that count found in the log (a mount would apply them after the journal;
+    /// only an image not cleanly unmounted has any), and records found that do not (void,
+    /// or of a commit that is not durable).
     pub live_records: Option<usize>,
+    pub void_records: Option<usize>,
     pub error: Option<String>,
     /// The NVM tier the byte log uses (its path when last mounted, uuid, size, tail).
     pub nvm_path: Option<String>,
@@ -1067,7 +1071,7 @@ pub fn inspect_with(
         bytelog: sb.has_bytelog().then(|| {
             // a clean image has every record home (its floor covers them)
             let live = if sb.state == STATE_CLEAN {
-                Ok(Vec::new())
+                Ok(Default::default())
             } else {
                 crate::fs::read_live_records(dev, &sb, tier)
             };
@@ -1075,8 +1079,10 @@ pub fn inspect_with(
                 start_block: sb.bytelog_start,
                 blocks: sb.bytelog_blocks,
                 floor: sb.bytelog_floor,
+                first: sb.bytelog_first,
                 tail_sector: sb.bytelog_tail,
-                live_records: live.as_ref().ok().map(Vec::len),
+                live_records: live.as_ref().ok().map(|l| l.records.len()),
+                void_records: live.as_ref().ok().map(|l| l.voided + l.uncommitted),
                 error: live.err().map(|e| e.to_string()),
                 nvm_path: sb.has_nvm().then(|| sb.nvm_path.clone()),
                 nvm_uuid: sb.has_nvm().then(|| crate::format::hex(&sb.nvm_uuid)),

@@ -247,6 +247,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         bytelog_blocks,
         bytelog_tail: 0,
         bytelog_floor: 0,
+        bytelog_first: 0,
         nvm_uuid: [0; 16],
         nvm_tail: 0,
         nvm_size: 0,

@@ -490,3 +490,165 @@ mod tier {
         assert!(err.contains("another file system"), "{err}");
     }
 }
+
+/// Byte logging at write-back (`homeless.rs`): commits log small overwrites instead of
+/// writing the blocks home.
+mod writeback {
+    use super::*;
+    use moafs_core::format::FEATURE_BYTELOG_WB;
+
+    /// A power cut now (without stopping the device): after recovery the file holds `model`.
+    fn survives_now(fault: &FaultDevice, ino: u64, model: &[u8]) {
+        let image = fault.crash_image(CutMode::DropAll).expect("image");
+        let (fs2, got) = recover(image, ino, model.len());
+        assert!(got == model, "an update a commit made durable was lost");
+        fs2.unmount().expect("unmount");
+    }
+
+    /// A change of 1..300 bytes inside each of `blocks`, applied to `model` too.
+    fn touch(fs: &Fs, ino: u64, model: &mut [u8], blocks: &[usize], seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        for &b in blocks {
+            let len = rng.gen_range(1..300);
+            let off = b * BS + rng.gen_range(0..BS - len);
+            let v: u8 = rng.gen();
+            fs.write(ino, off as u64, &vec![v; len]).expect("write");
+            model[off..off + len].fill(v);
+        }
+    }
+
+    #[test]
+    fn commits_log_small_overwrites_and_the_blocks_go_home_later() {
+        let (fault, fs, ino, mut model) = setup(opts(), 64 * BS);
+        let blocks: Vec<usize> = (0..40).collect();
+        let c0 = fs.counters();
+        touch(&fs, ino, &mut model, &blocks, 1);
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c0);
+        assert_eq!(c.bytelog_wb_blocks, 40, "{c:?}");
+        assert_eq!(c.bytelog_wb_batches, 1, "{c:?}");
+        assert_eq!(
+            (c.data_blocks_written, c.data_blocks_journaled),
+            (0, 0),
+            "a logged block was written: {c:?}"
+        );
+        survives_now(&fault, ino, &model);
+        // Changed again: logged again, still not home.
+        let c1 = fs.counters();
+        touch(&fs, ino, &mut model, &blocks[..10], 2);
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c1);
+        assert_eq!(
+            (c.bytelog_wb_blocks, c.data_blocks_written),
+            (10, 0),
+            "{c:?}"
+        );
+        survives_now(&fault, ino, &model);
+        assert_eq!(fs.read(ino, 0, model.len() as u32).unwrap(), model);
+        // Unmount writes every homeless block home and leaves no commit batch to read.
+        let c2 = fs.counters();
+        fs.unmount().expect("unmount");
+        let c = fs.counters().since(&c2);
+        assert_eq!(
+            (c.bytelog_cleanings, c.bytelog_cleaned_blocks),
+            (1, 40),
+            "{c:?}"
+        );
+        let image = fault.crash_image(CutMode::DropAll).expect("image");
+        let dev = Arc::new(MemDevice::from_bytes(image));
+        let sb = moafs_core::fs::read_superblock(dev.as_ref()).expect("superblock");
+        assert_eq!(sb.bytelog_first, 0);
+        assert_eq!(sb.features_incompat & FEATURE_BYTELOG_WB, 0);
+        let live = moafs_core::fs::read_live_records(dev.as_ref(), &sb, None).expect("read");
+        assert!(live.records.is_empty(), "{live:?}");
+        let (fs2, got) = recover(dev.snapshot(), ino, model.len());
+        assert!(got == model, "a logged update was lost at unmount");
+        fs2.unmount().expect("unmount");
+    }
+
+    #[test]
+    fn a_block_written_home_or_freed_is_not_changed_by_its_old_records() {
+        let (fault, fs, ino, mut model) = setup(opts(), 16 * BS);
+        // Blocks 0 and 1 homeless; block 0 keeps the log's records alive (the pin).
+        touch(&fs, ino, &mut model, &[0, 1], 3);
+        fs.sync().expect("sync");
+        // Block 1 rewritten whole: home through the transaction, its records made void.
+        let c0 = fs.counters();
+        let whole = vec![0x5au8; BS];
+        fs.write(ino, BS as u64, &whole).expect("write");
+        model[BS..2 * BS].copy_from_slice(&whole);
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c0);
+        assert_eq!(c.bytelog_voids, 1, "{c:?}");
+        survives_now(&fault, ino, &model);
+        // Truncated (its blocks freed, block 1's home among them) and the space reused by
+        // another file: the old records must not reach the new file.
+        touch(&fs, ino, &mut model, &[1], 4);
+        fs.sync().expect("sync");
+        fs.setattr(
+            ino,
+            &SetAttr {
+                size: Some(BS as u64),
+                ..Default::default()
+            },
+        )
+        .expect("truncate");
+        model.truncate(BS);
+        fs.sync().expect("sync");
+        fs.sync().expect("sync"); // the freed blocks are allocatable after two commits
+        let g = fs
+            .create(ROOT_INO, b"g", 0o644, common::ME)
+            .expect("create")
+            .ino;
+        let gdata: Vec<u8> = (0..15 * BS).map(|i| (i % 13) as u8 + 1).collect();
+        fs.write(g, 0, &gdata).expect("write");
+        fs.sync().expect("sync");
+        assert!(fs.counters().since(&c0).bytelog_voids >= 2);
+        let image = fault.crash_image(CutMode::DropAll).expect("image");
+        let (fs2, got) = recover(image, ino, model.len());
+        assert!(got == model, "f changed");
+        assert!(
+            fs2.read(g, 0, gdata.len() as u32).unwrap() == gdata,
+            "an old record reached a reused block"
+        );
+        fs2.unmount().expect("unmount");
+    }
+
+    #[test]
+    fn homeless_blocks_are_bounded_and_cleaning_takes_them_home() {
+        let (fault, fs, ino, mut model) = setup(opts(), 1024 * BS);
+        let c0 = fs.counters();
+        for round in 0..16u64 {
+            let blocks: Vec<usize> = (0..64).map(|k| (round as usize * 64 + k) % 1024).collect();
+            touch(&fs, ino, &mut model, &blocks, 10 + round);
+            fs.sync().expect("sync");
+            fs.check_invariants().expect("invariants");
+        }
+        let c = fs.counters().since(&c0);
+        assert!(c.bytelog_wb_blocks > 0, "{c:?}");
+        assert!(
+            c.bytelog_cleanings > 0,
+            "the homeless blocks were never cleaned: {c:?}"
+        );
+        survives_now(&fault, ino, &model);
+        fs.unmount().expect("unmount");
+        survives_now(&fault, ino, &model);
+    }
+
+    #[test]
+    fn bytelog_off_writes_every_block_home() {
+        let (_fault, fs, ino, mut model) = setup(
+            MountOptions {
+                bytelog: false,
+                ..opts()
+            },
+            16 * BS,
+        );
+        let c0 = fs.counters();
+        touch(&fs, ino, &mut model, &[0, 1, 2], 5);
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c0);
+        assert_eq!(c.bytelog_wb_blocks, 0);
+        assert_eq!(c.data_blocks_written + c.data_blocks_journaled, 3, "{c:?}");
+    }
+}

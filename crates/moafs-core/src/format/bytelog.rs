@@ -22,6 +22,13 @@ pub const KIND_BYTES: u16 = 1;
 /// Record kind: the access, modification and change times of inode `ino` (36 bytes).
 pub const KIND_TIMES: u16 = 2;
 pub const TIMES_LEN: usize = 36;
+/// Record kind (commit batches only): block `home` was written home or freed by the commit
+/// that wrote this batch; earlier records of it are void. No payload.
+pub const KIND_VOID: u16 = 3;
+/// Batch flag: written by a commit (its write-back), part of that commit: its records count
+/// only if that commit is durable (their sequence numbers are at most the floor its
+/// superblock records).
+pub const BATCH_COMMIT: u32 = 1;
 
 /// One record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +48,8 @@ pub enum RecordBody {
     },
     /// atime, mtime, ctime as (seconds, nanoseconds).
     Times([(i64, u32); 3]),
+    /// Earlier records of block `home` (logical block `block` of `ino` when written) are void.
+    Void { block: u64, home: u64 },
 }
 
 impl Record {
@@ -52,6 +61,7 @@ impl Record {
         match &self.body {
             RecordBody::Bytes { data, .. } => data.len(),
             RecordBody::Times(_) => TIMES_LEN,
+            RecordBody::Void { .. } => 0,
         }
     }
     fn encode_into(&self, b: &mut [u8]) {
@@ -82,6 +92,11 @@ impl Record {
                     put_u64(b, RECORD_HEADER + i * 12, *s as u64);
                     put_u32(b, RECORD_HEADER + i * 12 + 8, *ns);
                 }
+            }
+            RecordBody::Void { block, home } => {
+                put_u16(b, 4, KIND_VOID);
+                put_u64(b, 24, *block);
+                put_u64(b, 32, *home);
             }
         }
         let crc = super::crc_with_hole(b, 48, self.seq);
@@ -126,6 +141,10 @@ impl Record {
                 };
                 RecordBody::Times([t(0), t(1), t(2)])
             }
+            KIND_VOID if plen == 0 => RecordBody::Void {
+                block: get_u64(b, 24),
+                home: get_u64(b, 32),
+            },
             _ => return None,
         };
         Some((Record { seq, ino, body }, len))
@@ -146,6 +165,11 @@ pub fn tier_batch_salt(uuid: &[u8; 16], tier: &[u8; 16], at: u64) -> u64 {
 /// Encodes `records` (consecutive sequence numbers) as a batch: whole sectors for the device
 /// log (`unit` 512), whole 8-byte words for the NVM tier (`unit` 8).
 pub fn encode_batch_in(records: &[Record], salt: u64, unit: usize) -> Vec<u8> {
+    encode_batch_flags(records, salt, unit, 0)
+}
+
+/// [`encode_batch_in`] with batch flags ([`BATCH_COMMIT`]).
+pub fn encode_batch_flags(records: &[Record], salt: u64, unit: usize, flags: u32) -> Vec<u8> {
     let bytes = BATCH_HEADER + records.iter().map(Record::encoded_len).sum::<usize>();
     let sectors = bytes.div_ceil(LOG_SECTOR);
     let mut b = vec![0u8; bytes.next_multiple_of(unit)];
@@ -154,6 +178,7 @@ pub fn encode_batch_in(records: &[Record], salt: u64, unit: usize) -> Vec<u8> {
     put_u64(&mut b, 8, records.first().map_or(0, |r| r.seq));
     put_u32(&mut b, 16, bytes as u32);
     put_u32(&mut b, 20, sectors as u32);
+    put_u32(&mut b, 24, flags);
     let mut at = BATCH_HEADER;
     for r in records {
         r.encode_into(&mut b[at..]);
@@ -198,9 +223,23 @@ pub fn batch_header_bytes(b: &[u8]) -> Option<(u64, usize, usize)> {
     Some((get_u64(b, 8), bytes, sectors))
 }
 
+/// A valid batch: its flags ([`BATCH_COMMIT`]) and records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub flags: u32,
+    pub records: Vec<Record>,
+}
+
+impl Batch {
+    /// Written by a commit (its records count only if that commit is durable).
+    pub fn by_commit(&self) -> bool {
+        self.flags & BATCH_COMMIT != 0
+    }
+}
+
 /// Decodes a whole batch (`b`: its sectors). `Ok(None)`: not a valid batch (torn, stale or
-/// never written). A valid batch whose records this version cannot read is an error.
-pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Vec<Record>>> {
+/// never written). A valid batch whose records or flags this version cannot read is an error.
+pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Batch>> {
     let Some((seq, sectors)) = batch_header(b) else {
         return Ok(None);
     };
@@ -208,6 +247,14 @@ pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Vec
     let _ = sectors;
     if b.len() < bytes || super::crc_with_hole(&b[..bytes], 28, salt) != get_u32(b, 28) {
         return Ok(None);
+    }
+    let flags = get_u32(b, 24);
+    if flags & !BATCH_COMMIT != 0 {
+        return Err(FsError::corrupt(
+            "byte log",
+            0,
+            format!("batch of records {seq}.. has flags {flags:#x} this version cannot read"),
+        ));
     }
     let count = get_u32(b, 4) as usize;
     let mut out = Vec::with_capacity(count);
@@ -233,7 +280,10 @@ pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Vec
     if at != bytes {
         return Ok(None);
     }
-    Ok(Some(out))
+    Ok(Some(Batch {
+        flags,
+        records: out,
+    }))
 }
 
 /// The NVM tier's header (its first 4 KiB; records live in the rest, its ring).
@@ -309,7 +359,20 @@ mod tests {
         assert_eq!(b.len() % LOG_SECTOR, 0);
         assert_eq!(b.len() / LOG_SECTOR, batch_sectors(&recs));
         assert_eq!(batch_header(&b), Some((7, 1)));
-        assert_eq!(decode_batch(&b, 99, 4096).unwrap(), Some(recs));
+        assert_eq!(
+            decode_batch(&b, 99, 4096).unwrap(),
+            Some(Batch {
+                flags: 0,
+                records: recs.clone()
+            })
+        );
+        let c = encode_batch_flags(&recs, 99, LOG_SECTOR, BATCH_COMMIT);
+        assert!(decode_batch(&c, 99, 4096).unwrap().unwrap().by_commit());
+        let d = encode_batch_flags(&recs, 99, LOG_SECTOR, 2);
+        assert!(
+            decode_batch(&d, 99, 4096).is_err(),
+            "unknown flags are refused"
+        );
         // another place (salt) or any flipped byte: not a batch
         assert_eq!(decode_batch(&b, 98, 4096).unwrap(), None);
         for i in [0usize, 9, 40, 100, 250] {

@@ -25,6 +25,10 @@ pub const FEATURE_BYTELOG: u64 = 4;
 /// `features_incompat`: the byte log has an NVM tier (`nvm_*`, the tier's path after the
 /// first 256 bytes): records may be in the tier, which a reader must have to apply them.
 pub const FEATURE_NVM: u64 = 8;
+/// `features_incompat`: the byte log may hold commit batches (write-back records, voids) and
+/// records at or below the floor that still count (`bytelog_first`, FORMAT.md section 13).
+/// Set while mounted with the byte log in use; a clean unmount clears it.
+pub const FEATURE_BYTELOG_WB: u64 = 16;
 /// The tier's path is stored at bytes 256..1280 of the superblock's block: a u16 length,
 /// the path, and a crc at 1276 (salt 1) over 256..1276.
 pub const NVM_PATH_AT: usize = 256;
@@ -66,6 +70,10 @@ pub struct Superblock {
     /// Every byte-log record with this sequence number or a lower one is in the home blocks
     /// (or the journal) as of the commit this superblock belongs to.
     pub bytelog_floor: u64,
+    /// With [`FEATURE_BYTELOG_WB`]: the sequence number of the batch at `bytelog_tail` when
+    /// records at or below the floor still count (blocks whose newest bytes are only in the
+    /// byte log); 0: reading starts at `bytelog_floor + 1`.
+    pub bytelog_first: u64,
     /// The NVM tier's identity (its header's uuid), where its live records begin (a byte
     /// offset in its ring), its size, and its path when last mounted (for the error that
     /// names it when it is missing).
@@ -107,6 +115,7 @@ impl Superblock {
         b[200..216].copy_from_slice(&self.nvm_uuid);
         put_u64(&mut b, 216, self.nvm_tail);
         put_u64(&mut b, 224, self.nvm_size);
+        put_u64(&mut b, 232, self.bytelog_first);
         seal(&mut b[..256], SB_CRC_AT, 0);
         if self.has_nvm() {
             let p = self.nvm_path.as_bytes();
@@ -158,6 +167,7 @@ impl Superblock {
             nvm_uuid: b[200..216].try_into().unwrap_or([0; 16]),
             nvm_tail: get_u64(b, 216),
             nvm_size: get_u64(b, 224),
+            bytelog_first: get_u64(b, 232),
             nvm_path: String::new(),
         };
         if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&sb.format_version) {
@@ -237,7 +247,11 @@ impl Superblock {
             return bad("inodes per group out of range");
         }
         if self.features_incompat
-            & !(FEATURE_JOURNAL | FEATURE_LARGE_XATTR | FEATURE_BYTELOG | FEATURE_NVM)
+            & !(FEATURE_JOURNAL
+                | FEATURE_LARGE_XATTR
+                | FEATURE_BYTELOG
+                | FEATURE_NVM
+                | FEATURE_BYTELOG_WB)
             != 0
         {
             return bad("unknown incompatible features");
@@ -278,8 +292,16 @@ impl Superblock {
             || self.bytelog_blocks != 0
             || self.bytelog_tail != 0
             || self.bytelog_floor != 0
+            || self.features_incompat & FEATURE_BYTELOG_WB != 0
         {
             return bad("byte-log fields set without the byte-log feature");
+        }
+        if (self.bytelog_first != 0 && self.features_incompat & FEATURE_BYTELOG_WB == 0)
+            || self.bytelog_first > self.bytelog_floor + 1
+        {
+            return bad(
+                "byte log's first live record set without write-back records, or above its floor",
+            );
         }
         if self.has_nvm() {
             if !self.has_bytelog() || self.nvm_tail >= self.nvm_size {

@@ -154,7 +154,7 @@ impl Inner {
                     continue;
                 }
                 let node = self.inodes.get_mut(&ino).expect("bmap loaded it");
-                if let Some(c) = node.cache.remove(&mut self.book, idx) {
+                if let Some(c) = node.cache.remove(&mut self.book, ino, idx) {
                     self.reserved -= c.reserved as u64; // none: placed blocks used theirs
                     super::data::recycle(&mut self.spare, self.spare_max, c.data);
                     done += 1;

@@ -31,10 +31,11 @@ use crate::device::{BlockDevice, Nvm};
 use crate::error::{FsError, FsResult};
 use crate::format::bytelog::{
     batch_bytes, batch_header_bytes, batch_salt, batch_sectors, decode_batch, encode_batch,
-    encode_batch_in, tier_batch_salt, Record, RecordBody, TierHeader, LOG_SECTOR, TIER_HEADER,
+    encode_batch_in, tier_batch_salt, Batch, Record, RecordBody, TierHeader, LOG_SECTOR,
+    TIER_HEADER,
 };
 use crate::format::{DiskInode, Geometry, Superblock, INODE_BYTES};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Blocks whose old contents an fsync reads to find what changed, at most (more: the file
@@ -60,7 +61,7 @@ impl Ring {
 
     /// Where a batch of `n` units goes without touching a live one. The head never reaches
     /// the tail from behind (`head == tail` means empty).
-    fn place(&self, n: u64) -> Option<u64> {
+    pub(super) fn place(&self, n: u64) -> Option<u64> {
         if n > self.units / 2 {
             return None;
         }
@@ -101,6 +102,13 @@ pub(crate) struct Tier {
     pub ring: Ring,
 }
 
+/// A batch in the device log: the sequence number of its first record, its first sector.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LogBatch {
+    pub first: u64,
+    pub pos: u64,
+}
+
 /// The byte log while mounted.
 pub(crate) struct ByteLog {
     /// Byte offset of the log on the device; its ring of sectors.
@@ -108,9 +116,20 @@ pub(crate) struct ByteLog {
     pub ring: Ring,
     pub next_seq: u64,
     pub uuid: [u8; 16],
-    /// Blocks with records not yet taken by a commit (each journaled by the next commit).
-    pub live_blocks: u64,
     pub tier: Option<Tier>,
+    /// The device log's batches from the oldest one a reader needs on, oldest first.
+    pub batches: VecDeque<LogBatch>,
+    /// Home blocks with records in `batches` not void yet: home → (inode, logical block,
+    /// sequence number of its newest record).
+    pub recorded: HashMap<u64, (u64, u64, u64)>,
+    /// Where reading starts while homeless blocks need records at or below the floor: (the
+    /// first sequence number of the batch, its sector); None: after the floor.
+    pub pin: Option<(u64, u64)>,
+    /// The next commit writes every homeless block home.
+    pub clean_next: bool,
+    /// Superblocks written while mounted say commit batches may be in the log
+    /// (`FEATURE_BYTELOG_WB`); the last one at unmount does not.
+    pub in_use: bool,
 }
 
 impl ByteLog {
@@ -122,20 +141,69 @@ impl ByteLog {
             ring: Ring::new(sb.bytelog_blocks as u64 * (sb.block_size as u64 / LOG_SECTOR as u64)),
             next_seq: sb.bytelog_floor + 1,
             uuid: sb.uuid,
-            live_blocks: 0,
             tier: None,
+            batches: VecDeque::new(),
+            recorded: HashMap::new(),
+            pin: None,
+            clean_next: false,
+            in_use: false,
         })
     }
 
     /// The superblock being written covers every record so far (a commit's snapshot, or
-    /// everything home at mount and unmount): its floor and tails.
+    /// everything home at mount and unmount) except the records of homeless blocks, which
+    /// `pin` keeps: its floor, where reading starts, and the tails.
     pub fn covered(&mut self, sb: &mut Superblock) {
         sb.bytelog_floor = self.next_seq - 1;
-        sb.bytelog_tail = self.ring.covered() as u32;
+        match self.pin {
+            Some((first, pos)) => {
+                sb.bytelog_first = first;
+                sb.bytelog_tail = pos as u32;
+                self.ring.tail = pos;
+                while self.batches.front().is_some_and(|b| b.first < first) {
+                    self.batches.pop_front();
+                }
+                self.recorded.retain(|_, r| r.2 >= first);
+            }
+            None => {
+                sb.bytelog_first = 0;
+                sb.bytelog_tail = self.ring.covered() as u32;
+                self.batches.clear();
+                self.recorded.clear();
+            }
+        }
+        if self.in_use {
+            sb.features_incompat |= crate::format::FEATURE_BYTELOG_WB;
+        } else {
+            sb.features_incompat &= !crate::format::FEATURE_BYTELOG_WB;
+        }
         if let Some(t) = self.tier.as_mut() {
             sb.nvm_tail = t.ring.covered() * 8;
         }
-        self.live_blocks = 0;
+    }
+
+    /// Sectors of the device log between the oldest batch a reader needs and the head.
+    pub(super) fn used(&self) -> u64 {
+        (self.ring.head + self.ring.units - self.ring.tail) % self.ring.units
+    }
+
+    /// A device batch of `records` was placed at sector `pos`.
+    pub(super) fn wrote(&mut self, records: &[Record], pos: u64) {
+        self.batches.push_back(LogBatch {
+            first: records[0].seq,
+            pos,
+        });
+        for r in records {
+            match r.body {
+                RecordBody::Bytes { block, home, .. } => {
+                    self.recorded.insert(home, (r.ino, block, r.seq));
+                }
+                RecordBody::Void { home, .. } => {
+                    self.recorded.remove(&home);
+                }
+                RecordBody::Times(_) => {}
+            }
+        }
     }
 }
 
@@ -262,7 +330,7 @@ impl Inner {
     }
 
     /// Whether `u` changed units are too many for byte records (the block path takes them).
-    fn over_threshold(&self, u: Units) -> bool {
+    pub(super) fn over_threshold(&self, u: Units) -> bool {
         let units = (self.bs() / UNIT) as u32;
         u.count_ones().min(units) as usize * UNIT >= self.opts.bytelog_threshold as usize
     }
@@ -287,7 +355,6 @@ impl Inner {
         let now_times = times(&node.d);
         let times_changed = now_times != node.logged_times;
         let dirty = node.cache.dirty_blocks();
-        let units = (bs / UNIT) as u32;
         let mut blocks = Vec::with_capacity(dirty.len());
         let mut reads = 0;
         for idx in dirty {
@@ -338,39 +405,15 @@ impl Inner {
         }
         let newly_logged = logs.iter().filter(|l| !l.4).count() as u64;
         let mut records = Vec::new();
-        let mut seq = 0;
         let mut data_bytes = 0u64;
         let node = &self.inodes[&ino];
         for (idx, phys, units_to_log, _, _) in &logs {
             let cb = node.cache.get(idx).expect("dirty");
-            let mut k = 0u32;
-            while k < units {
-                if units_to_log & (1 << k) == 0 {
-                    k += 1;
-                    continue;
-                }
-                let first = k;
-                while k < units && units_to_log & (1 << k) != 0 {
-                    k += 1;
-                }
-                let range = first as usize * UNIT..(k as usize * UNIT).min(bs);
-                data_bytes += range.len() as u64;
-                records.push(Record {
-                    seq,
-                    ino,
-                    body: RecordBody::Bytes {
-                        block: *idx,
-                        home: *phys,
-                        offset: range.start as u32,
-                        data: cb.data[range].to_vec(),
-                    },
-                });
-                seq += 1;
-            }
+            data_bytes += unit_records(ino, *idx, *phys, *units_to_log, &cb.data, &mut records);
         }
         if times_changed {
             records.push(Record {
-                seq,
+                seq: records.last().map_or(0, |r| r.seq + 1),
                 ino,
                 body: RecordBody::Times(now_times),
             });
@@ -403,10 +446,11 @@ impl Inner {
                 Err(FsError::Stale { .. }) => None, // gone: its own fsync says so
                 Err(e) => return Err(e),
             };
-            let live = self.bytelog.as_ref().map_or(0, |l| l.live_blocks);
+            let live = self.book.logged();
             match plan {
                 // The next commit journals every logged block that changed again: keep
-                // those within a share of the journal.
+                // those (and the homeless ones, which may change again) within a share of
+                // the journal.
                 Some(f) if live + newly + f.newly_logged <= journal_share => {
                     newly += f.newly_logged;
                     outcomes.push((req, true));
@@ -425,7 +469,7 @@ impl Inner {
         }
         if records.is_empty() {
             for (_, f) in &files {
-                self.note_logged(f.ino, &f.logs);
+                self.note_logged(f.ino, &f.logs, None);
             }
             return Ok((outcomes, None));
         }
@@ -447,6 +491,8 @@ impl Inner {
                             o.1 = false;
                         }
                     }
+                    // the commit these fsyncs fall back to makes room
+                    log.clean_next = true;
                     return Ok((outcomes, None));
                 }
             }
@@ -457,8 +503,8 @@ impl Inner {
             self.counters.tier_spills += 1;
         }
         let count = records.len() as u64;
+        let first = records[0].seq;
         log.next_seq += count;
-        log.live_blocks += newly;
         let io = match (in_tier, on_device) {
             (Some(w), _) => {
                 let t = log.tier.as_mut().expect("placed in the tier");
@@ -473,6 +519,7 @@ impl Inner {
             }
             (None, Some(pos)) => {
                 log.ring.head = pos + n;
+                log.wrote(&records, pos);
                 self.counters.bytelog_sectors += n;
                 (
                     Target::Device(log.start + pos * LOG_SECTOR as u64),
@@ -481,8 +528,9 @@ impl Inner {
             }
             (None, None) => unreachable!("placed above"),
         };
+        let batch = on_device.map(|_| first);
         for (_, f) in &files {
-            self.note_logged(f.ino, &f.logs);
+            self.note_logged(f.ino, &f.logs, Some(batch));
             self.inodes.get_mut(&f.ino).expect("loaded").logged_times = f.times;
             self.counters.bytelog_data_bytes += f.data_bytes;
         }
@@ -493,12 +541,14 @@ impl Inner {
 }
 
 impl Inner {
-    /// The blocks of a batch are logged (or, found unchanged, need no record).
-    fn note_logged(&mut self, ino: u64, logs: &[LogBlock]) {
+    /// The blocks of a batch are logged (or, found unchanged, need no record): `at` is
+    /// where, when there were records: `Some(first)` for the device batch of records
+    /// `first..`, `None` for the tier.
+    fn note_logged(&mut self, ino: u64, logs: &[LogBlock], at: Option<Option<u64>>) {
         let node = self.inodes.get_mut(&ino).expect("loaded");
         for (idx, _, units, found, _) in logs {
-            if *units != 0 {
-                node.cache.set_logged(*idx, *found);
+            if let (true, Some(batch)) = (*units != 0, at) {
+                node.cache.set_logged(&mut self.book, *idx, *found, batch);
             } else if let Some(c) = found {
                 node.cache.set_changed(*idx, *c);
             }
@@ -508,6 +558,46 @@ impl Inner {
 
 /// Each request's outcome (served, or to commit) and the batch to write, if any.
 type BatchPlan = (Vec<(u64, bool)>, Option<(Target, Vec<u8>)>);
+
+/// Appends the records of units `units` of block `idx` of `ino` (home `phys`, contents
+/// `data`), one per run of consecutive units, numbered on from the last in `records` (from
+/// 0); returns the bytes of data they carry.
+pub(crate) fn unit_records(
+    ino: u64,
+    idx: u64,
+    phys: u64,
+    units: Units,
+    data: &[u8],
+    records: &mut Vec<Record>,
+) -> u64 {
+    let bs = data.len();
+    let n = (bs / UNIT) as u32;
+    let mut bytes = 0;
+    let mut k = 0u32;
+    while k < n {
+        if units & (1 << k) == 0 {
+            k += 1;
+            continue;
+        }
+        let first = k;
+        while k < n && units & (1 << k) != 0 {
+            k += 1;
+        }
+        let range = first as usize * UNIT..(k as usize * UNIT).min(bs);
+        bytes += range.len() as u64;
+        records.push(Record {
+            seq: records.last().map_or(0, |r| r.seq + 1),
+            ino,
+            body: RecordBody::Bytes {
+                block: idx,
+                home: phys,
+                offset: range.start as u32,
+                data: data[range].to_vec(),
+            },
+        });
+    }
+    bytes
+}
 
 /// A block an fsync logs: (logical block, home, units to log, changed units if found by
 /// reading home, it had records already).
@@ -606,9 +696,15 @@ impl Fs {
 /// What replaying the byte log does (after the journal).
 #[derive(Debug, Default)]
 pub struct ByteLogReplay {
-    /// Records applied, and the newest one's sequence number (0: none).
+    /// Records applied.
     pub records: usize,
+    /// The newest sequence number found in the log (applied or not; 0: none): a mount
+    /// numbers on after it.
     pub last_seq: u64,
+    /// Records found but not applied: made void by a later durable commit, or written by a
+    /// commit that is not durable.
+    pub voided: usize,
+    pub uncommitted: usize,
     /// What each record names, for fsck to check against the replayed image.
     pub targets: Vec<RecordTarget>,
 }
@@ -621,30 +717,48 @@ pub struct RecordTarget {
     pub block: Option<(u64, u64)>,
 }
 
-/// Reads the records above the floor of `sb` (the superblock as the journal's replay leaves
-/// it) and applies them to `blocks` (home block → image; blocks not in it are read from
-/// `dev`), in order.
+/// Reads the records of the byte log that count (`read_live_records`) for the superblock
+/// `sb` (as the journal's replay leaves it) and applies them to `blocks` (home block →
+/// image; blocks not in it are read from `dev`), in order.
 pub fn plan_bytelog_replay(
     dev: &dyn BlockDevice,
     sb: &Superblock,
     tier: Option<&dyn Nvm>,
     blocks: &mut BTreeMap<u64, Vec<u8>>,
 ) -> FsResult<ByteLogReplay> {
-    let mut out = ByteLogReplay::default();
-    for r in read_live_records(dev, sb, tier)? {
+    let live = read_live_records(dev, sb, tier)?;
+    let mut out = ByteLogReplay {
+        last_seq: live.last_seq,
+        voided: live.voided,
+        uncommitted: live.uncommitted,
+        ..Default::default()
+    };
+    for r in live.records {
         apply_record(dev, sb, blocks, &r)?;
         out.records += 1;
-        out.last_seq = r.seq;
         out.targets.push(RecordTarget {
             seq: r.seq,
             ino: r.ino,
             block: match r.body {
                 RecordBody::Bytes { block, home, .. } => Some((block, home)),
-                RecordBody::Times(_) => None,
+                RecordBody::Times(_) | RecordBody::Void { .. } => None,
             },
         });
     }
     Ok(out)
+}
+
+/// The records of the byte log that count, as a reader finds them (FORMAT.md section 13).
+#[derive(Debug, Default)]
+pub struct LiveRecords {
+    /// The records to apply, in order.
+    pub records: Vec<Record>,
+    /// The newest sequence number found (0: none).
+    pub last_seq: u64,
+    /// Records found at or below the floor that a later durable commit made void (or times
+    /// it holds), and records of a commit batch that is not durable.
+    pub voided: usize,
+    pub uncommitted: usize,
 }
 
 /// Reads bytes at an offset of a log.
@@ -662,9 +776,14 @@ struct Source<'a> {
 }
 
 impl Source<'_> {
-    /// The valid batch at unit `p` whose first record is `want`: (the unit after it, its
-    /// records).
-    fn batch_at(&self, p: u64, want: u64, block_size: u32) -> FsResult<Option<(u64, Vec<Record>)>> {
+    /// The valid batch at unit `p` whose first record's sequence number `ok` accepts: (the
+    /// unit after it, the batch).
+    fn batch_at(
+        &self,
+        p: u64,
+        ok: impl Fn(u64) -> bool,
+        block_size: u32,
+    ) -> FsResult<Option<(u64, Batch)>> {
         if p >= self.units {
             return Ok(None);
         }
@@ -677,27 +796,35 @@ impl Source<'_> {
             return Ok(None);
         };
         let n = (bytes as u64).div_ceil(self.unit);
-        if seq != want || p + n > self.units {
+        if !ok(seq) || p + n > self.units {
             return Ok(None);
         }
         let mut b = vec![0u8; (n * self.unit) as usize];
         (self.read)(p * self.unit, &mut b)?;
-        let recs = decode_batch(&b, (self.salt)(p), block_size).map_err(|e| at(e, self.what, p))?;
-        Ok(recs.map(|r| (p + n, r)))
+        let batch =
+            decode_batch(&b, (self.salt)(p), block_size).map_err(|e| at(e, self.what, p))?;
+        Ok(batch.filter(|b| !b.records.is_empty()).map(|b| (p + n, b)))
     }
 }
 
-/// The records of the byte log above the floor of `sb`, in order: from the tails of the
-/// device log and (with `tier`) the NVM tier, the batch with the next sequence number in
-/// either — at the unit after that ring's last batch, or at its start when a batch did not
-/// fit before the end — until neither has it. An image whose superblock says records may
-/// be in a tier needs that tier: without it (or with another) this is an error naming it.
+/// The records of the byte log that count for the superblock `sb` (module comment,
+/// FORMAT.md section 13). Batches are read in sequence order from `bytelog_first` (or the
+/// floor + 1) at the device log's tail and, above the floor, from the NVM tier's tail too:
+/// at each step the batch with the expected first sequence number in either ring — at the
+/// unit after that ring's last batch, or at its start when a batch did not fit before the
+/// end — and, at or below the floor, the device log's next batch even if it begins later
+/// (records in between were in the tier, which the floor's commit covers) or, if it has
+/// none, the batch after the floor, until neither has it, or a commit's batch above the floor (a commit that is not durable) is found.
+/// Of the records at or below the floor, only file bytes count, and only those no void
+/// record (which a commit writes for blocks it writes home or frees) at or below the floor
+/// names later. An image whose superblock says records may be in a tier needs that tier:
+/// without it (or with another) this is an error naming it.
 pub fn read_live_records(
     dev: &dyn BlockDevice,
     sb: &Superblock,
     tier: Option<&dyn Nvm>,
-) -> FsResult<Vec<Record>> {
-    let mut out = Vec::new();
+) -> FsResult<LiveRecords> {
+    let mut out = LiveRecords::default();
     if !sb.has_bytelog() {
         return Ok(out);
     }
@@ -722,19 +849,62 @@ pub fn read_live_records(
             what: "NVM tier",
         });
     }
-    let mut want = sb.bytelog_floor + 1;
+    let floor = sb.bytelog_floor;
+    let mut want = match sb.bytelog_first {
+        0 => floor + 1,
+        f => f,
+    };
+    let mut found: Vec<Record> = Vec::new();
     'next: loop {
-        for src in sources.iter_mut() {
+        for (k, src) in sources.iter_mut().enumerate() {
+            let device = k == 0;
+            if !device && want <= floor {
+                continue;
+            }
+            let ok = |s: u64| s == want || (device && want <= floor && s > want && s <= floor + 1);
             for p in [src.pos, 0] {
-                if let Some((next, recs)) = src.batch_at(p, want, sb.block_size)? {
-                    want += recs.len() as u64;
-                    out.extend(recs);
-                    src.pos = next;
-                    continue 'next;
+                let Some((next, b)) = src.batch_at(p, ok, sb.block_size)? else {
+                    continue;
+                };
+                let (first, n) = (b.records[0].seq, b.records.len() as u64);
+                out.last_seq = out.last_seq.max(first + n - 1);
+                if b.by_commit() && first > floor {
+                    out.uncommitted += n as usize;
+                    break 'next;
                 }
+                want = first + n;
+                found.extend(b.records);
+                src.pos = next;
+                continue 'next;
             }
         }
+        if want <= floor {
+            // the rest up to the floor was in the tier, which the floor's commit emptied
+            want = floor + 1;
+            continue;
+        }
         break;
+    }
+    let mut void: HashMap<u64, u64> = HashMap::new();
+    for r in &found {
+        if let RecordBody::Void { home, .. } = r.body {
+            if r.seq <= floor {
+                void.insert(home, r.seq);
+            }
+        }
+    }
+    for r in found {
+        let counts = match &r.body {
+            RecordBody::Void { .. } => continue,
+            _ if r.seq > floor => true,
+            RecordBody::Times(_) => false,
+            RecordBody::Bytes { home, .. } => void.get(home).is_none_or(|v| *v < r.seq),
+        };
+        if counts {
+            out.records.push(r);
+        } else {
+            out.voided += 1;
+        }
     }
     Ok(out)
 }
@@ -823,6 +993,7 @@ fn apply_record(
             [d.atime, d.mtime, d.ctime] = *t;
             d.encode_into(slot, r.ino);
         }
+        RecordBody::Void { .. } => {} // read_live_records does not return them
     }
     Ok(())
 }

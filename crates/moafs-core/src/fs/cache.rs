@@ -70,9 +70,20 @@ pub(crate) struct CBlock {
     pub unlogged: Units,
     /// `changed` is not known (all ones until the byte log resolves it).
     pub unknown: bool,
-    /// Records of this block are in the byte log: the commit that takes it must not write
-    /// it in place before its transaction is durable (it journals it).
+    /// Records of this block since it was last home are in the byte log (or the tier): a
+    /// commit writes it in place only if they hold every change (a torn write is repaired by
+    /// replaying them), else through its transaction.
     pub logged: bool,
+    /// The sequence number of the first device-log batch holding records of it since it was
+    /// last home (0: none there).
+    pub since: u64,
+    /// Some record of it since it was last home is in the NVM tier (which a commit empties:
+    /// a commit that keeps it homeless logs all its changed units again).
+    pub tiered: bool,
+    /// Clean for commits but not home: its bytes since it was last home are only in the
+    /// byte log (a commit logged them, `bytelog.rs`). Never evicted (not in the age order);
+    /// a later commit writes it home.
+    pub homeless: bool,
 }
 
 /// Counts over every inode's cache, and the clean blocks oldest first.
@@ -87,6 +98,10 @@ pub(crate) struct CacheBook {
     /// block only if none left meanwhile (what it read may be older than a copy that was
     /// written home and dropped while it read).
     removals: u64,
+    /// Homeless blocks: (inode, logical block) → (home, `since`).
+    homeless: BTreeMap<(u64, u64), (u64, u64)>,
+    /// Blocks with records since they were last home (`logged`), dirty or homeless.
+    logged: u64,
 }
 
 impl CacheBook {
@@ -106,6 +121,16 @@ impl CacheBook {
     /// Every clean block is listed in the age order and nothing else is.
     pub fn clean_listed(&self) -> u64 {
         self.clean.len() as u64
+    }
+    /// Homeless blocks: ((inode, logical block), (home, since)), by inode and block.
+    pub fn homeless(&self) -> impl Iterator<Item = (&(u64, u64), &(u64, u64))> {
+        self.homeless.iter()
+    }
+    pub fn homeless_count(&self) -> u64 {
+        self.homeless.len() as u64
+    }
+    pub fn logged(&self) -> u64 {
+        self.logged
     }
     fn stamp(&mut self) -> u64 {
         self.clock += 1;
@@ -164,6 +189,7 @@ impl BlockCache {
     pub fn put_dirty(
         &mut self,
         book: &mut CacheBook,
+        ino: u64,
         idx: u64,
         data: Arc<[u8]>,
         reserve: bool,
@@ -174,10 +200,13 @@ impl BlockCache {
             Change::Units(u) => (u, false),
             Change::Unknown => (Units::MAX, true),
         };
-        let (was_dirty, had_reservation, changed, unlogged, unknown, logged) =
+        let (was_dirty, had_reservation, changed, unlogged, unknown, logged, since, tiered) =
             match self.map.get(&idx) {
                 Some(cb) => {
-                    if !cb.dirty {
+                    if cb.homeless {
+                        // changed again: the next commit takes it (logs it or writes it home)
+                        book.homeless.remove(&(ino, idx));
+                    } else if !cb.dirty {
                         book.clean.remove(&cb.last_use);
                     }
                     (
@@ -187,11 +216,13 @@ impl BlockCache {
                         cb.unlogged | delta,
                         cb.unknown || unknown,
                         cb.logged,
+                        cb.since,
+                        cb.tiered,
                     )
                 }
                 None => {
                     book.cached += 1;
-                    (false, false, delta, delta, unknown, false)
+                    (false, false, delta, delta, unknown, false, 0, false)
                 }
             };
         let reserved = reserve || had_reservation;
@@ -206,6 +237,9 @@ impl BlockCache {
                 unlogged,
                 unknown,
                 logged,
+                since,
+                tiered,
+                homeless: false,
             },
         );
         if !was_dirty {
@@ -239,6 +273,9 @@ impl BlockCache {
                 unlogged: 0,
                 unknown: false,
                 logged: false,
+                since: 0,
+                tiered: false,
+                homeless: false,
             },
         );
     }
@@ -264,7 +301,15 @@ impl BlockCache {
             cb.changed = 0;
             cb.unlogged = 0;
             cb.unknown = false;
+            book.logged -= cb.logged as u64;
             cb.logged = false;
+            cb.since = 0;
+            cb.tiered = false;
+            if cb.homeless {
+                cb.homeless = false;
+                book.homeless.remove(&(ino, idx));
+                book.clean.insert(cb.last_use, (ino, idx));
+            }
             if cb.dirty {
                 cb.dirty = false;
                 self.dirty.remove(&idx);
@@ -276,15 +321,69 @@ impl BlockCache {
     }
 
     /// The byte log found which units of dirty block `idx` changed since it was last home
-    /// (`changed`: it read the old contents), or logged them all (`changed: None`).
-    pub fn set_logged(&mut self, idx: u64, changed: Option<Units>) {
+    /// (`changed`: it read the old contents), or logged them all (`changed: None`): in the
+    /// device-log batch whose first record is `batch`, or in the tier (`batch` None).
+    pub fn set_logged(
+        &mut self,
+        book: &mut CacheBook,
+        idx: u64,
+        changed: Option<Units>,
+        batch: Option<u64>,
+    ) {
         if let Some(cb) = self.map.get_mut(&idx) {
             if let Some(c) = changed {
                 cb.changed = c;
                 cb.unknown = false;
             }
             cb.unlogged = 0;
+            book.logged += !cb.logged as u64;
             cb.logged = true;
+            match batch {
+                Some(s) if cb.since == 0 => cb.since = s,
+                Some(_) => {}
+                None => cb.tiered = true,
+            }
+        }
+    }
+
+    /// A commit logged dirty block `idx` (home `home`): homeless from now on. Its records
+    /// since it was last home begin in the batch `since` (`bytelog.rs` decides: the batch
+    /// the commit writes when it logged every changed unit again, else the first one).
+    pub fn make_homeless(
+        &mut self,
+        book: &mut CacheBook,
+        ino: u64,
+        idx: u64,
+        home: u64,
+        since: u64,
+    ) {
+        let Some(cb) = self.map.get_mut(&idx) else {
+            return;
+        };
+        debug_assert!(cb.dirty && !cb.reserved && !cb.unknown && since != 0);
+        if cb.dirty {
+            cb.dirty = false;
+            self.dirty.remove(&idx);
+            book.dirty -= 1;
+        }
+        cb.unlogged = 0;
+        book.logged += !cb.logged as u64;
+        cb.logged = true;
+        cb.since = since;
+        cb.tiered = false;
+        cb.homeless = true;
+        book.homeless.insert((ino, idx), (home, since));
+    }
+
+    /// Homeless block `idx` is to go home with the next commit: dirty again, every change
+    /// in records (the commit may write it in place).
+    pub fn unhome(&mut self, book: &mut CacheBook, ino: u64, idx: u64) {
+        if let Some(cb) = self.map.get_mut(&idx).filter(|c| c.homeless) {
+            cb.homeless = false;
+            book.homeless.remove(&(ino, idx));
+            cb.dirty = true;
+            self.dirty.insert(idx);
+            book.dirty += 1;
         }
     }
 
@@ -299,18 +398,21 @@ impl BlockCache {
     }
 
     /// Drops block `idx`; the caller returns its reservation (`reserved`) if it held one.
-    pub fn remove(&mut self, book: &mut CacheBook, idx: u64) -> Option<CBlock> {
+    pub fn remove(&mut self, book: &mut CacheBook, ino: u64, idx: u64) -> Option<CBlock> {
         let cb = self.map.remove(&idx)?;
-        self.forget(book, idx, &cb);
+        self.forget(book, ino, idx, &cb);
         Some(cb)
     }
 
-    fn forget(&mut self, book: &mut CacheBook, idx: u64, cb: &CBlock) {
+    fn forget(&mut self, book: &mut CacheBook, ino: u64, idx: u64, cb: &CBlock) {
         book.cached -= 1;
         book.removals += 1;
+        book.logged -= cb.logged as u64;
         if cb.dirty {
             self.dirty.remove(&idx);
             book.dirty -= 1;
+        } else if cb.homeless {
+            book.homeless.remove(&(ino, idx));
         } else {
             book.clean.remove(&cb.last_use);
         }
@@ -320,35 +422,36 @@ impl BlockCache {
     }
 
     /// Drops every block at `from` or beyond; returns how many reservations they held.
-    pub fn drop_from(&mut self, book: &mut CacheBook, from: u64) -> u64 {
+    pub fn drop_from(&mut self, book: &mut CacheBook, ino: u64, from: u64) -> u64 {
         let gone = self.map.split_off(&from);
         let mut reserved = 0;
         for (idx, cb) in &gone {
             reserved += cb.reserved as u64;
-            self.forget(book, *idx, cb);
+            self.forget(book, ino, *idx, cb);
         }
         reserved
     }
 
-    /// Drops every clean block; returns how many.
-    pub fn drop_clean(&mut self, book: &mut CacheBook) -> u64 {
+    /// Drops every clean block (homeless ones stay); returns how many.
+    pub fn drop_clean(&mut self, book: &mut CacheBook, ino: u64) -> u64 {
         let clean: Vec<u64> = self
             .map
             .iter()
-            .filter(|(_, c)| !c.dirty)
+            .filter(|(_, c)| !c.dirty && !c.homeless)
             .map(|(i, _)| *i)
             .collect();
         for idx in &clean {
-            self.remove(book, *idx);
+            self.remove(book, ino, *idx);
         }
         clean.len() as u64
     }
 
-    /// Recounts this cache: (cached, dirty, reserved) as the blocks say, or the first
-    /// disagreement with its own sets.
-    pub fn recount(&self, book: &CacheBook, ino: u64) -> Result<(u64, u64, u64), String> {
+    /// Recounts this cache: (cached, dirty, reserved, logged, homeless) as the blocks say,
+    /// or the first disagreement with its own sets.
+    pub fn recount(&self, book: &CacheBook, ino: u64) -> Result<[u64; 5], String> {
         let mut dirty = 0;
         let mut reserved = 0;
+        let (mut logged, mut homeless) = (0, 0);
         for (idx, cb) in &self.map {
             if cb.dirty != self.dirty.contains(idx) {
                 return Err(format!("inode {ino} block {idx}: dirty set disagrees"));
@@ -356,21 +459,40 @@ impl BlockCache {
             if cb.reserved && !cb.dirty {
                 return Err(format!("inode {ino} block {idx}: clean but reserved"));
             }
-            if !cb.dirty && (cb.changed != 0 || cb.unlogged != 0 || cb.unknown || cb.logged) {
+            if cb.homeless {
+                if cb.dirty || !cb.logged || cb.since == 0 || cb.unlogged != 0 || cb.unknown {
+                    return Err(format!("inode {ino} block {idx}: homeless but not logged"));
+                }
+                if book.homeless.get(&(ino, *idx)).map(|h| h.1) != Some(cb.since) {
+                    return Err(format!("inode {ino} block {idx}: homeless but not listed"));
+                }
+            } else if !cb.dirty && (cb.changed != 0 || cb.unlogged != 0 || cb.unknown || cb.logged)
+            {
                 return Err(format!("inode {ino} block {idx}: clean but changed units"));
+            }
+            if !cb.logged && (cb.since != 0 || cb.tiered) {
+                return Err(format!("inode {ino} block {idx}: records but not logged"));
             }
             if cb.unlogged & !cb.changed != 0 || (cb.unknown && cb.changed != Units::MAX) {
                 return Err(format!(
                     "inode {ino} block {idx}: unlogged units outside the changed ones"
                 ));
             }
-            if !cb.dirty && book.clean.get(&cb.last_use) != Some(&(ino, *idx)) {
+            let listed = book.clean.get(&cb.last_use) == Some(&(ino, *idx));
+            if !cb.dirty && !cb.homeless && !listed {
                 return Err(format!(
                     "inode {ino} block {idx}: clean but not in the age order"
                 ));
             }
+            if cb.homeless && listed {
+                return Err(format!(
+                    "inode {ino} block {idx}: homeless in the age order"
+                ));
+            }
             dirty += cb.dirty as u64;
             reserved += cb.reserved as u64;
+            logged += cb.logged as u64;
+            homeless += cb.homeless as u64;
         }
         if dirty != self.dirty.len() as u64 || reserved != self.reserved {
             return Err(format!(
@@ -379,6 +501,6 @@ impl BlockCache {
                 self.reserved
             ));
         }
-        Ok((self.map.len() as u64, dirty, reserved))
+        Ok([self.map.len() as u64, dirty, reserved, logged, homeless])
     }
 }

@@ -30,6 +30,9 @@ use std::time::Instant;
 /// What phase (B) of a commit writes, with the engine lock released.
 pub(crate) struct CommitIo {
     pub epoch: u64,
+    /// The commit's byte-log batch (`homeless.rs`): byte offset, bytes. Before the
+    /// ordering flush.
+    log_batch: Option<(u64, Vec<u8>)>,
     /// File data home: (first block, the buffers of a contiguous run).
     data: Vec<(u64, Vec<Arc<[u8]>>)>,
     /// A flush after the data, before anything that points at it.
@@ -40,6 +43,9 @@ pub(crate) struct CommitIo {
 impl CommitIo {
     /// Phase (B): the device I/O of a commit, in order (see the module comment).
     pub fn run(&self, dev: &dyn BlockDevice, bs: u64) -> FsResult<()> {
+        if let Some((at, bytes)) = &self.log_batch {
+            dev.write_at(*at, bytes)?;
+        }
         for (phys, bufs) in &self.data {
             let v: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
             dev.writev_at(phys * bs, &v)?;
@@ -160,6 +166,9 @@ impl Inner {
             _ => 0,
         };
         let data_before = self.counters.data_blocks_written;
+        // Small overwrites go to the byte log instead (their blocks homeless from now on),
+        // or every homeless block goes home with this commit.
+        let log_batch = self.log_writeback()?;
         if self.opts.journal != JournalMode::Data {
             // journal=data carries file data in the transaction instead.
             self.cowrite_dirs()?;
@@ -228,8 +237,10 @@ impl Inner {
         self.replaced_by_rename = false;
         self.order_data_once = false;
         let wrote_data = self.counters.data_blocks_written > data_before || self.wb_unflushed;
-        // Data in place (also what write-behind wrote) before any metadata that points at it.
-        let order_flush = order_data && self.journal.is_some() && wrote_data;
+        // Data in place (also what write-behind wrote) before any metadata that points at it;
+        // the byte-log batch before the transaction that counts it.
+        let order_flush =
+            (order_data && self.journal.is_some() && wrote_data) || log_batch.is_some();
         self.wb_unflushed = false;
         // Every promised metadata block has its address now.
         self.meta_reserved = 0;
@@ -248,6 +259,7 @@ impl Inner {
         self.last_commit_start = Instant::now();
         Ok(CommitIo {
             epoch,
+            log_batch,
             data: std::mem::take(&mut self.out_data),
             order_flush,
             txn,
@@ -590,11 +602,14 @@ impl Inner {
     /// [`super::Fs::check_invariants`]): the first disagreement found, described.
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         let (mut cached, mut dirty, mut reserved, mut meta) = (0u64, 0u64, 0u64, 0u64);
+        let (mut logged, mut homeless) = (0u64, 0u64);
         for (ino, n) in &self.inodes {
-            let (c, d, r) = n.cache.recount(&self.book, *ino)?;
+            let [c, d, r, l, h] = n.cache.recount(&self.book, *ino)?;
             cached += c;
             dirty += d;
             reserved += r;
+            logged += l;
+            homeless += h;
             meta += n.meta_reserved as u64;
             if let Some(d) = &n.dir {
                 if d.blocks.iter().any(|b| b.dirty) && !d.any_dirty {
@@ -614,11 +629,18 @@ impl Inner {
                  kept {kept:?}"
             ));
         }
-        if self.book.clean_listed() != cached - dirty {
+        if self.book.clean_listed() != cached - dirty - homeless {
             return Err(format!(
                 "{} clean blocks in the age order, {} clean blocks cached",
                 self.book.clean_listed(),
-                cached - dirty
+                cached - dirty - homeless
+            ));
+        }
+        if (logged, homeless) != (self.book.logged(), self.book.homeless_count()) {
+            return Err(format!(
+                "logged / homeless blocks counted {logged} / {homeless}, kept {} / {}",
+                self.book.logged(),
+                self.book.homeless_count()
             ));
         }
         if meta > self.meta_reserved {

@@ -147,7 +147,7 @@ impl Inner {
         let node = self.inodes.get_mut(&ino).expect("loaded above");
         let put = node
             .cache
-            .put_dirty(&mut self.book, idx, data, reserved, change);
+            .put_dirty(&mut self.book, ino, idx, data, reserved, change);
         if put.first_dirty {
             self.dirty_order.push(ino);
         }
@@ -290,7 +290,7 @@ impl Inner {
         let excess = (self.book.cached() - target) as usize;
         for (ino, idx) in self.book.oldest_clean(excess) {
             if let Some(node) = self.inodes.get_mut(&ino) {
-                if let Some(cb) = node.cache.remove(&mut self.book, idx) {
+                if let Some(cb) = node.cache.remove(&mut self.book, ino, idx) {
                     recycle(&mut self.spare, self.spare_max, cb.data);
                     self.counters.evictions += 1;
                 }
@@ -298,12 +298,12 @@ impl Inner {
         }
     }
 
-    /// Drops every clean cached data block (after a commit, every block is clean); returns how
-    /// many were dropped.
+    /// Drops every clean cached data block (after a commit, every block is clean but the
+    /// homeless ones, which stay); returns how many were dropped.
     pub(crate) fn drop_clean(&mut self) -> u64 {
         let mut dropped = 0;
-        for node in self.inodes.values_mut() {
-            dropped += node.cache.drop_clean(&mut self.book);
+        for (ino, node) in self.inodes.iter_mut() {
+            dropped += node.cache.drop_clean(&mut self.book, *ino);
         }
         dropped
     }
@@ -377,7 +377,7 @@ impl Inner {
     pub(crate) fn drop_cached_from(&mut self, ino: u64, from: u64) -> FsResult<()> {
         self.inode(ino)?;
         let node = self.inodes.get_mut(&ino).expect("loaded above");
-        self.reserved -= node.cache.drop_from(&mut self.book, from);
+        self.reserved -= node.cache.drop_from(&mut self.book, ino, from);
         Ok(())
     }
 

@@ -388,11 +388,17 @@ pub fn plan_replay_with(
         None => sb.clone(),
     };
     out.bytelog = super::plan_bytelog_replay(dev, &after, tier, &mut out.blocks)?;
-    if out.bytelog.records > 0 {
-        // The superblock as replay leaves it: the journal and the records applied.
+    if out.bytelog.records > 0
+        || out.bytelog.last_seq > after.bytelog_floor
+        || after.bytelog_first != 0
+    {
+        // The superblock as replay leaves it: the journal and the records applied, and the
+        // numbering past every record found (applied or not: a batch a new record number
+        // could match must never be read again).
         let mut done = after;
         done.journal_seq = done.journal_seq.max(out.last_seq);
-        done.bytelog_floor = out.bytelog.last_seq;
+        done.bytelog_floor = done.bytelog_floor.max(out.bytelog.last_seq);
+        done.bytelog_first = 0;
         done.bytelog_tail = 0;
         out.blocks.insert(0, done.encode(done.block_size));
     }

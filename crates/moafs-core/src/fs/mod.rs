@@ -24,6 +24,7 @@ mod commit;
 mod cowrite;
 mod data;
 mod dir;
+mod homeless;
 pub mod journal;
 mod node;
 mod ops;
@@ -294,6 +295,10 @@ impl Fs {
         }
         if !inner.opts.read_only {
             inner.use_tier(tier);
+            let active = inner.bytelog_active();
+            if let Some(l) = inner.bytelog.as_mut() {
+                l.in_use = active;
+            }
             inner.sb.state = STATE_MOUNTED;
             inner.sb.mount_count += 1;
             inner.write_superblocks_in_place()?;
@@ -972,6 +977,12 @@ impl Inner {
                 n.opens = 0;
             }
             self.maybe_reap(ino)?;
+        }
+        if let Some(l) = self.bytelog.as_mut() {
+            // every homeless block home, and the last superblocks say no commit batch is
+            // in the log
+            l.clean_next = true;
+            l.in_use = false;
         }
         self.commit()?;
         // The commit flushed its transaction; one more flush makes its home writes durable,

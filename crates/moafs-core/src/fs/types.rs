@@ -345,6 +345,15 @@ pub struct EngineCounters {
     /// Batches written (one per group of fsyncs served together: fsyncs / batches is the
     /// byte log's group commit).
     pub bytelog_batches: u64,
+    /// Write-back byte logging (commits): batches written by commits (counted in the
+    /// records, sectors and data bytes above too), the dirty blocks they logged instead of
+    /// writing home (homeless from then on), the void records they wrote, and the commits
+    /// that wrote every homeless block home (cleaning) and the blocks those wrote.
+    pub bytelog_wb_batches: u64,
+    pub bytelog_wb_blocks: u64,
+    pub bytelog_voids: u64,
+    pub bytelog_cleanings: u64,
+    pub bytelog_cleaned_blocks: u64,
     /// Batches (and their bytes, padded to 8) that went to the NVM tier instead of the
     /// device; small batches the tier had no room for (they went to the device log).
     pub tier_batches: u64,
@@ -397,6 +406,13 @@ impl EngineCounters {
             bytelog_home_reads: self.bytelog_home_reads.saturating_sub(e.bytelog_home_reads),
             bytelog_fallbacks: self.bytelog_fallbacks.saturating_sub(e.bytelog_fallbacks),
             bytelog_batches: self.bytelog_batches.saturating_sub(e.bytelog_batches),
+            bytelog_wb_batches: self.bytelog_wb_batches.saturating_sub(e.bytelog_wb_batches),
+            bytelog_wb_blocks: self.bytelog_wb_blocks.saturating_sub(e.bytelog_wb_blocks),
+            bytelog_voids: self.bytelog_voids.saturating_sub(e.bytelog_voids),
+            bytelog_cleanings: self.bytelog_cleanings.saturating_sub(e.bytelog_cleanings),
+            bytelog_cleaned_blocks: self
+                .bytelog_cleaned_blocks
+                .saturating_sub(e.bytelog_cleaned_blocks),
             tier_batches: self.tier_batches.saturating_sub(e.tier_batches),
             tier_bytes: self.tier_bytes.saturating_sub(e.tier_bytes),
             tier_spills: self.tier_spills.saturating_sub(e.tier_spills),
