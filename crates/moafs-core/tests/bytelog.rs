@@ -636,6 +636,28 @@ mod writeback {
     }
 
     #[test]
+    fn a_block_changed_for_the_first_time_since_it_was_cached_goes_home() {
+        let (fault, fs, ino, mut model) = setup(opts(), 16 * BS);
+        fs.unmount().expect("unmount");
+        drop(fs);
+        // a fresh mount: nothing cached, nothing written home by it yet
+        let fs = Fs::mount(fault.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
+        let c0 = fs.counters();
+        touch(&fs, ino, &mut model, &[0, 1], 6);
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c0);
+        let home =
+            |c: &moafs_core::fs::EngineCounters| c.data_blocks_written + c.data_blocks_journaled;
+        assert_eq!((c.bytelog_wb_blocks, home(&c)), (0, 2), "{c:?}");
+        // written home once while cached: now it is being rewritten, and logged
+        touch(&fs, ino, &mut model, &[0, 1], 7);
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c0);
+        assert_eq!((c.bytelog_wb_blocks, home(&c)), (2, 2), "{c:?}");
+        survives_now(&fault, ino, &model);
+    }
+
+    #[test]
     fn bytelog_off_writes_every_block_home() {
         let (_fault, fs, ino, mut model) = setup(
             MountOptions {

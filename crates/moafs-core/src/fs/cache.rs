@@ -84,6 +84,9 @@ pub(crate) struct CBlock {
     /// byte log (a commit logged them, `bytelog.rs`). Never evicted (not in the age order);
     /// a later commit writes it home.
     pub homeless: bool,
+    /// Times a commit wrote it home while it was cached (saturating): a block written home
+    /// before is being rewritten, the case write-back logging pays for.
+    pub homes: u8,
 }
 
 /// Counts over every inode's cache, and the clean blocks oldest first.
@@ -200,7 +203,7 @@ impl BlockCache {
             Change::Units(u) => (u, false),
             Change::Unknown => (Units::MAX, true),
         };
-        let (was_dirty, had_reservation, changed, unlogged, unknown, logged, since, tiered) =
+        let (was_dirty, had_reservation, changed, unlogged, unknown, logged, since, tiered, homes) =
             match self.map.get(&idx) {
                 Some(cb) => {
                     if cb.homeless {
@@ -218,11 +221,12 @@ impl BlockCache {
                         cb.logged,
                         cb.since,
                         cb.tiered,
+                        cb.homes,
                     )
                 }
                 None => {
                     book.cached += 1;
-                    (false, false, delta, delta, unknown, false, 0, false)
+                    (false, false, delta, delta, unknown, false, 0, false, 0)
                 }
             };
         let reserved = reserve || had_reservation;
@@ -240,6 +244,7 @@ impl BlockCache {
                 since,
                 tiered,
                 homeless: false,
+                homes,
             },
         );
         if !was_dirty {
@@ -276,6 +281,7 @@ impl BlockCache {
                 since: 0,
                 tiered: false,
                 homeless: false,
+                homes: 0,
             },
         );
     }
@@ -312,6 +318,7 @@ impl BlockCache {
             }
             if cb.dirty {
                 cb.dirty = false;
+                cb.homes = cb.homes.saturating_add(1);
                 self.dirty.remove(&idx);
                 book.dirty -= 1;
                 book.clean.insert(cb.last_use, (ino, idx));

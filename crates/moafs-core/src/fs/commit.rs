@@ -178,7 +178,15 @@ impl Inner {
         // With `wb_order=address`, addresses are still chosen in that order but the requests
         // go out sorted by address (one sweep of an elevator over the commit).
         let mut placed_files = Vec::new();
-        for ino in std::mem::take(&mut self.dirty_order) {
+        let mut order = std::mem::take(&mut self.dirty_order);
+        {
+            // A file may be listed twice (dirty, cleaned by a truncate, dirty again; or
+            // listed again by a cleaning, `homeless.rs`): placed twice before the sorted
+            // writes, it would be written twice.
+            let mut seen = std::collections::HashSet::with_capacity(order.len());
+            order.retain(|i| seen.insert(*i));
+        }
+        for ino in order {
             if self
                 .inodes
                 .get(&ino)

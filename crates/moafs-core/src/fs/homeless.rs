@@ -5,9 +5,12 @@
 //! A commit's first step (phase A, before co-writing places anything) looks at every dirty
 //! block of every dirty regular file. A block already on disk whose units changed since it
 //! was last logged are fewer than `bytelog_threshold` bytes goes into the commit's own
-//! batch of records (flagged as a commit batch) instead of the commit's data: all the units
-//! changed since it was last home when some of its records are in the NVM tier (which every
-//! commit empties), else those changed since it was last logged. The batch is written before
+//! batch of records (flagged as a commit batch) instead of the commit's data — if it is
+//! being rewritten: it has records already (an fsync logged it, on the device: records in
+//! the tier, which every commit empties, send it home), or a commit wrote it home before
+//! while it was cached. A block changed once and never again costs its records *and* the
+//! home write a cleaning owes it, more than the home write alone (measured: random 1.5 KB
+//! writes over 64 MiB on the flash model, `docs/BENCHMARKS.md`). The batch is written before
 //! the commit's ordering flush, so it is durable before the transaction; its records are
 //! numbered at or below the floor that transaction's superblock records — a reader counts
 //! a commit batch only then (a commit that never became durable leaves a batch above the
@@ -43,8 +46,8 @@ use crate::format::bytelog::{
 };
 use std::collections::HashSet;
 
-/// A dirty block a commit logs: (inode, logical block, home, log every changed unit again).
-type Logged = (u64, u64, u64, bool);
+/// A dirty block a commit logs: (inode, logical block, home).
+type Logged = (u64, u64, u64);
 
 impl Inner {
     /// Logged blocks (homeless or dirty with records) the commits and fsyncs keep at most.
@@ -87,14 +90,22 @@ impl Inner {
                 if cb.reserved || cb.unknown || self.over_threshold(cb.unlogged) {
                     continue; // the block path (through the transaction if it has records)
                 }
-                let relog = cb.tiered;
-                let units = if relog { cb.changed } else { cb.unlogged };
-                if units == 0 && cb.since == 0 && !relog {
+                if cb.tiered {
+                    // its records are in the tier, which this commit empties: home
+                    continue;
+                }
+                if !cb.logged && cb.homes < 1 {
+                    // changed for the first time since it was cached: logging it would
+                    // add its records to the home write a cleaning owes it anyway; a
+                    // block written home before is being rewritten, and logging pays
+                    continue;
+                }
+                if cb.unlogged == 0 && cb.since == 0 {
                     continue; // nothing on the device to keep it by
                 }
-                blocks.push((idx, units, relog, cb.logged));
+                blocks.push((idx, cb.unlogged, cb.logged));
             }
-            for (idx, units, relog, was_logged) in blocks {
+            for (idx, units, was_logged) in blocks {
                 if !was_logged && self.book.logged() + newly >= cap {
                     break 'files;
                 }
@@ -116,7 +127,7 @@ impl Inner {
                 records.extend(mine);
                 data_bytes += bytes;
                 newly += !was_logged as u64;
-                logged.push((ino, idx, phys, relog));
+                logged.push((ino, idx, phys));
             }
         }
         // Blocks homeless after this commit; every other block with live records gets a void.
@@ -166,10 +177,10 @@ impl Inner {
         log.wrote(&all, pos);
         let at = log.start + pos * LOG_SECTOR as u64;
         let bytes = encode_batch_flags(&all, batch_salt(&log.uuid, pos), LOG_SECTOR, BATCH_COMMIT);
-        for &(ino, idx, phys, relog) in &logged {
+        for &(ino, idx, phys) in &logged {
             let node = self.inodes.get_mut(&ino).expect("listed above");
             let since = match node.cache.get(&idx).map(|c| c.since) {
-                Some(s) if s != 0 && !relog => s,
+                Some(s) if s != 0 => s,
                 _ => first,
             };
             node.cache
