@@ -658,6 +658,23 @@ mod writeback {
     }
 
     #[test]
+    fn a_block_an_fsync_logged_stays_homeless_without_a_new_record() {
+        let (fault, fs, ino, mut model) = setup(opts(), 16 * BS);
+        touch(&fs, ino, &mut model, &[3], 8);
+        fs.fsync(ino, true).expect("fsync"); // the byte log, on the device (no tier)
+        let c0 = fs.counters();
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c0);
+        assert_eq!(
+            (c.bytelog_wb_blocks, c.bytelog_wb_batches, c.bytelog_records),
+            (1, 0, 0),
+            "{c:?}"
+        );
+        assert_eq!(c.data_blocks_written + c.data_blocks_journaled, 0, "{c:?}");
+        survives_now(&fault, ino, &model);
+    }
+
+    #[test]
     fn bytelog_off_writes_every_block_home() {
         let (_fault, fs, ino, mut model) = setup(
             MountOptions {

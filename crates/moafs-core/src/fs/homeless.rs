@@ -91,7 +91,9 @@ impl Inner {
                     continue; // the block path (through the transaction if it has records)
                 }
                 if cb.tiered {
-                    // its records are in the tier, which this commit empties: home
+                    // its records are in the tier, which this commit empties: home (logging
+                    // its changed units again on the device was measured: fewer host bytes,
+                    // more flash programs — 0.68x block-only's instead of 0.65x)
                     continue;
                 }
                 if !cb.logged && cb.homes < 1 {
@@ -159,7 +161,11 @@ impl Inner {
         let mut all = voids;
         all.extend(records);
         if all.is_empty() {
+            // every change of the blocks to log is in the device log already (an fsync
+            // logged it): homeless without a batch
+            self.make_homeless(&logged, 0);
             self.pin_homeless();
+            self.counters.bytelog_wb_blocks += logged.len() as u64;
             return Ok(None);
         }
         let n = batch_sectors(&all) as u64;
@@ -177,15 +183,7 @@ impl Inner {
         log.wrote(&all, pos);
         let at = log.start + pos * LOG_SECTOR as u64;
         let bytes = encode_batch_flags(&all, batch_salt(&log.uuid, pos), LOG_SECTOR, BATCH_COMMIT);
-        for &(ino, idx, phys) in &logged {
-            let node = self.inodes.get_mut(&ino).expect("listed above");
-            let since = match node.cache.get(&idx).map(|c| c.since) {
-                Some(s) if s != 0 => s,
-                _ => first,
-            };
-            node.cache
-                .make_homeless(&mut self.book, ino, idx, phys, since);
-        }
+        self.make_homeless(&logged, first);
         self.pin_homeless();
         let c = &mut self.counters;
         c.bytelog_wb_batches += 1;
@@ -195,6 +193,21 @@ impl Inner {
         c.bytelog_sectors += n;
         c.bytelog_data_bytes += data_bytes;
         Ok(Some((at, bytes)))
+    }
+
+    /// The blocks `logged` are homeless from now on: their records since they were last
+    /// home begin at their first device batch, or in the batch of records `batch..`.
+    fn make_homeless(&mut self, logged: &[Logged], batch: u64) {
+        for &(ino, idx, phys) in logged {
+            let node = self.inodes.get_mut(&ino).expect("listed by log_writeback");
+            let since = match node.cache.get(&idx).map(|c| c.since) {
+                Some(s) if s != 0 => s,
+                _ => batch,
+            };
+            debug_assert!(since != 0, "a homeless block without records");
+            node.cache
+                .make_homeless(&mut self.book, ino, idx, phys, since);
+        }
     }
 
     /// Every homeless block goes home with this commit (dirty again, every change in
