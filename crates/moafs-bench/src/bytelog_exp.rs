@@ -35,7 +35,7 @@ use std::io;
 use std::sync::Arc;
 
 pub const WORKLOADS: &[&str] = &["sqlite-delete", "sqlite-wal", "tio-1536", "tio-128"];
-pub const CONFIGS: &[&str] = &["block", "two-level", "two-level+nvm"];
+pub const CONFIGS: &[&str] = &["block", "two-level", "two-level+wb", "two-level+nvm"];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BytelogExpConfig {
@@ -90,6 +90,7 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 fn opts(config: &str) -> MountOptions {
     MountOptions {
         bytelog: config != "block",
+        bytelog_writeback: config == "two-level+wb",
         flush_interval_ms: u64::MAX,
         ..MountOptions::default()
     }

@@ -40,7 +40,7 @@ fn the_byte_log_cuts_flash_writes_of_fsynced_sqlite_updates() {
     assert!(nvm.ops_per_sec > block.ops_per_sec, "{}", table(&r));
     // without fsync the commits log the small writes (write-back logging): fewer bytes
     for w in ["tio-128", "tio-1536"] {
-        let (a, b) = (row(&r, w, "block"), row(&r, w, "two-level"));
+        let (a, b) = (row(&r, w, "block"), row(&r, w, "two-level+wb"));
         assert!(b.engine.bytelog_wb_blocks > 0 && a.engine.bytelog_wb_blocks == 0);
         assert!(b.device_bytes < a.device_bytes, "{w}: {}", table(&r));
     }

@@ -495,6 +495,13 @@ mod tier {
 /// writing the blocks home.
 mod writeback {
     use super::*;
+
+    fn opts() -> MountOptions {
+        MountOptions {
+            bytelog_writeback: true,
+            ..super::opts()
+        }
+    }
     use moafs_core::format::FEATURE_BYTELOG_WB;
 
     /// A power cut now (without stopping the device): after recovery the file holds `model`.
@@ -671,6 +678,31 @@ mod writeback {
             "{c:?}"
         );
         assert_eq!(c.data_blocks_written + c.data_blocks_journaled, 0, "{c:?}");
+        survives_now(&fault, ino, &model);
+    }
+
+    #[test]
+    fn by_default_commits_keep_out_only_blocks_an_fsync_logged() {
+        let (fault, fs, ino, mut model) = setup(super::opts(), 16 * BS);
+        let home =
+            |c: &moafs_core::fs::EngineCounters| c.data_blocks_written + c.data_blocks_journaled;
+        for seed in [20, 21] {
+            let c0 = fs.counters();
+            touch(&fs, ino, &mut model, &[0, 1], seed);
+            fs.sync().expect("sync");
+            let c = fs.counters().since(&c0);
+            assert_eq!((c.bytelog_wb_blocks, home(&c)), (0, 2), "{c:?}");
+        }
+        let c0 = fs.counters();
+        touch(&fs, ino, &mut model, &[3], 22);
+        fs.fsync(ino, true).expect("fsync");
+        fs.sync().expect("sync");
+        let c = fs.counters().since(&c0);
+        assert_eq!(
+            (c.bytelog_wb_blocks, c.bytelog_wb_batches, home(&c)),
+            (1, 0, 0),
+            "{c:?}"
+        );
         survives_now(&fault, ino, &model);
     }
 

@@ -696,6 +696,8 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
                     24 << 10
                 },
                 flush_interval_ms: u64::MAX,
+                // Commits log small rewrites too (off by default; the harness checks it).
+                bytelog_writeback: true,
                 // A small cache for the small updates: few homeless blocks fit (a quarter of
                 // it), so commits also write them home (cleaning) while the workload runs.
                 cache_bytes: if ctx.name == "smallupdates" {

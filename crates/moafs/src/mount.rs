@@ -10,7 +10,8 @@ pub(crate) struct MountArgs {
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
     /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
     /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
-    /// bytelog_threshold=SIZE (default 2048), nvm=PATH (an NVM tier for small fsync batches:
+    /// bytelog_threshold=SIZE (default 2048), bytelog_writeback=on|off (commits log small
+    /// rewrites too, default off), nvm=PATH (an NVM tier for small fsync batches:
     /// an existing file on DAX storage or /dev/shm), nvm_model=optane|none (default optane),
     /// nvm_threshold=SIZE (batches under it go to the tier; default 2048),
     /// ro, direct, nodirect (O_DIRECT on the image; the default for a block device),
@@ -132,6 +133,13 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                     Some("on") => true,
                     Some("off") => false,
                     _ => return Err(format!("bytelog= takes on or off, not {v:?}")),
+                }
+            }
+            "bytelog_writeback" => {
+                p.engine.bytelog_writeback = match v {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => return Err(format!("bytelog_writeback= takes on or off, not {v:?}")),
                 }
             }
             "bytelog_threshold" => {

@@ -269,6 +269,12 @@ pub struct MountOptions {
     /// A block goes to the byte log only while fewer than this many of its bytes (counted in
     /// 128-byte units) changed since it was last logged or written home (the paper's 2048).
     pub bytelog_threshold: u32,
+    /// Byte logging at write-back (`homeless.rs`): commits log small overwrites of blocks
+    /// being rewritten instead of writing them home. Off (the default: measured, it costs
+    /// SQLite WAL 14 % of its transactions through FUSE and does not cut what a flash card
+    /// programs for random writes, `docs/BENCHMARKS.md`): a commit only keeps out of home the
+    /// blocks whose every change an fsync already put in the device log (no new records).
+    pub bytelog_writeback: bool,
     /// With an NVM tier (`Fs::mount_with_tier`): a batch smaller than this many bytes goes
     /// to the tier instead of the device log (the paper's TH_SCM, 2048).
     pub nvm_threshold: u32,
@@ -321,6 +327,7 @@ impl Default for MountOptions {
             write_behind_bytes: 16 << 20,
             bytelog: true,
             bytelog_threshold: 2048,
+            bytelog_writeback: false,
             nvm_threshold: 2048,
         }
     }
