@@ -64,6 +64,15 @@ impl Inner {
         if !self.bytelog_active() {
             return Ok(None);
         }
+        if !self.opts.bytelog_writeback && self.book.logged() == 0 {
+            // no block has records (none homeless either): nothing to keep out of home,
+            // nothing pins the log — the common case of the default, at no cost per commit
+            if let Some(log) = self.bytelog.as_mut() {
+                log.pin = None;
+                log.clean_next = false;
+            }
+            return Ok(None);
+        }
         let bs = self.bs() as u64;
         let cap = (self.opts.cache_bytes / bs / 4).min(self.logged_share());
         let log = self.bytelog.as_ref().expect("active");
