@@ -89,6 +89,26 @@ pub(crate) struct CBlock {
     pub homes: u8,
 }
 
+impl CBlock {
+    /// A clean block holding `data` (its home's contents), stamped `last_use`.
+    fn clean(data: Arc<[u8]>, last_use: u64) -> CBlock {
+        CBlock {
+            data,
+            dirty: false,
+            reserved: false,
+            last_use,
+            changed: 0,
+            unlogged: 0,
+            unknown: false,
+            logged: false,
+            since: 0,
+            tiered: false,
+            homeless: false,
+            homes: 0,
+        }
+    }
+}
+
 /// Counts over every inode's cache, and the clean blocks oldest first.
 #[derive(Default)]
 pub(crate) struct CacheBook {
@@ -203,57 +223,41 @@ impl BlockCache {
             Change::Units(u) => (u, false),
             Change::Unknown => (Units::MAX, true),
         };
-        let (was_dirty, had_reservation, changed, unlogged, unknown, logged, since, tiered, homes) =
-            match self.map.get(&idx) {
-                Some(cb) => {
-                    if cb.homeless {
-                        // changed again: the next commit takes it (logs it or writes it home)
-                        book.homeless.remove(&(ino, idx));
-                    } else if !cb.dirty {
-                        book.clean.remove(&cb.last_use);
-                    }
-                    (
-                        cb.dirty,
-                        cb.reserved,
-                        cb.changed | delta,
-                        cb.unlogged | delta,
-                        cb.unknown || unknown,
-                        cb.logged,
-                        cb.since,
-                        cb.tiered,
-                        cb.homes,
-                    )
+        let (was_dirty, had_reservation, old) = match self.map.get_mut(&idx) {
+            Some(cb) => {
+                if cb.homeless {
+                    // changed again: the next commit takes it (logs it or writes it home)
+                    book.homeless.remove(&(ino, idx));
+                    cb.homeless = false;
+                } else if !cb.dirty {
+                    book.clean.remove(&cb.last_use);
                 }
-                None => {
-                    book.cached += 1;
-                    (false, false, delta, delta, unknown, false, 0, false, 0)
-                }
-            };
+                let was = (cb.dirty, cb.reserved);
+                cb.changed |= delta;
+                cb.unlogged |= delta;
+                cb.unknown |= unknown;
+                cb.dirty = true;
+                cb.reserved |= reserve;
+                cb.last_use = last_use;
+                (was.0, was.1, Some(std::mem::replace(&mut cb.data, data)))
+            }
+            None => {
+                book.cached += 1;
+                let mut cb = CBlock::clean(data, last_use);
+                (cb.changed, cb.unlogged, cb.unknown) = (delta, delta, unknown);
+                (cb.dirty, cb.reserved) = (true, reserve);
+                self.map.insert(idx, cb);
+                (false, false, None)
+            }
+        };
         let reserved = reserve || had_reservation;
-        let old = self.map.insert(
-            idx,
-            CBlock {
-                data,
-                dirty: true,
-                reserved,
-                last_use,
-                changed,
-                unlogged,
-                unknown,
-                logged,
-                since,
-                tiered,
-                homeless: false,
-                homes,
-            },
-        );
         if !was_dirty {
             self.dirty.insert(idx);
             book.dirty += 1;
         }
         self.reserved += (reserved && !had_reservation) as u64;
         Put {
-            old: old.map(|c| c.data),
+            old,
             first_dirty: !was_dirty && self.dirty.len() == 1,
         }
     }
@@ -267,23 +271,7 @@ impl BlockCache {
         let last_use = book.stamp();
         book.cached += 1;
         book.clean.insert(last_use, (ino, idx));
-        self.map.insert(
-            idx,
-            CBlock {
-                data,
-                dirty: false,
-                reserved: false,
-                last_use,
-                changed: 0,
-                unlogged: 0,
-                unknown: false,
-                logged: false,
-                since: 0,
-                tiered: false,
-                homeless: false,
-                homes: 0,
-            },
-        );
+        self.map.insert(idx, CBlock::clean(data, last_use));
     }
 
     /// Block `idx` got a disk address: its reservation is used up. Returns whether it held

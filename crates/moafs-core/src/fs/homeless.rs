@@ -45,7 +45,8 @@ use super::bytelog::unit_records;
 use super::Inner;
 use crate::error::FsResult;
 use crate::format::bytelog::{
-    batch_salt, batch_sectors, encode_batch_flags, Record, RecordBody, BATCH_COMMIT, LOG_SECTOR,
+    batch_salt, batch_sectors, encode_batch_flags, Record, RecordBody, BATCH_COMMIT, BATCH_HEADER,
+    LOG_SECTOR,
 };
 use std::collections::HashSet;
 
@@ -88,6 +89,8 @@ impl Inner {
         let mut logged: Vec<Logged> = Vec::new();
         let mut records: Vec<Record> = Vec::new();
         let mut data_bytes = 0;
+        // the batch's size so far (header and records; voids are added below)
+        let mut batch = BATCH_HEADER;
         let mut newly = 0;
         'files: for ino in files {
             let Some(node) = self.inodes.get(&ino) else {
@@ -138,9 +141,11 @@ impl Inner {
                     .data
                     .clone();
                 let bytes = unit_records(ino, idx, phys, units, &data, &mut mine);
-                if (batch_sectors(&records) + batch_sectors(&mine)) as u64 > max_sectors {
+                let more: usize = mine.iter().map(Record::encoded_len).sum();
+                if (batch + more).div_ceil(LOG_SECTOR) as u64 > max_sectors {
                     break 'files;
                 }
+                batch += more;
                 records.extend(mine);
                 data_bytes += bytes;
                 newly += !was_logged as u64;
@@ -148,17 +153,17 @@ impl Inner {
             }
         }
         // Blocks homeless after this commit; every other block with live records gets a void.
-        let mut homes: HashSet<u64> = self.book.homeless().map(|(_, h)| h.0).collect();
-        homes.extend(logged.iter().map(|l| l.2));
+        let mut kept: HashSet<u64> = self.book.homeless().map(|(_, h)| h.0).collect();
+        kept.extend(logged.iter().map(|l| l.2));
         let log = self.bytelog.as_mut().expect("active");
-        if homes.is_empty() {
+        if kept.is_empty() {
             log.pin = None;
             return Ok(None);
         }
         let mut voids: Vec<Record> = log
             .recorded
             .iter()
-            .filter(|(home, _)| !homes.contains(home))
+            .filter(|(home, _)| !kept.contains(home))
             .map(|(home, (ino, block, _))| Record {
                 seq: 0,
                 ino: *ino,
