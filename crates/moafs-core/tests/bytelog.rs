@@ -208,8 +208,10 @@ fn whole_pages_without_a_cached_copy_are_compared_with_home() {
     let c = fs.counters().since(&c0);
     assert_eq!(c.commits, 0);
     assert_eq!(c.bytelog_home_reads, 1);
-    // the 10 bytes at 300 lie in one 128-byte unit
-    assert_eq!((c.bytelog_records, c.bytelog_data_bytes), (1, 128), "{c:?}");
+    // the 10 bytes at 300 lie in one 128-byte unit: one record of 128 bytes, and one of the
+    // times when the coarse clock moved since the setup's commit wrote them
+    assert_eq!(c.bytelog_data_bytes, 128, "{c:?}");
+    assert!((1..=2).contains(&c.bytelog_records), "{c:?}");
     survives(&fault, ino, &model);
 }
 

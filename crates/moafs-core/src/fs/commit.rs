@@ -169,6 +169,13 @@ impl Inner {
         // Small overwrites go to the byte log instead (their blocks homeless from now on),
         // or every homeless block goes home with this commit.
         let log_batch = self.log_writeback()?;
+        {
+            // A file may be listed twice (dirty, cleaned by a truncate, dirty again; or
+            // listed again by a cleaning, `homeless.rs`): placed twice before the sorted
+            // writes below, it would be written twice.
+            let mut seen = std::collections::HashSet::with_capacity(self.dirty_order.len());
+            self.dirty_order.retain(|i| seen.insert(*i));
+        }
         if self.opts.journal != JournalMode::Data {
             // journal=data carries file data in the transaction instead.
             self.cowrite_dirs()?;
@@ -178,15 +185,7 @@ impl Inner {
         // With `wb_order=address`, addresses are still chosen in that order but the requests
         // go out sorted by address (one sweep of an elevator over the commit).
         let mut placed_files = Vec::new();
-        let mut order = std::mem::take(&mut self.dirty_order);
-        {
-            // A file may be listed twice (dirty, cleaned by a truncate, dirty again; or
-            // listed again by a cleaning, `homeless.rs`): placed twice before the sorted
-            // writes, it would be written twice.
-            let mut seen = std::collections::HashSet::with_capacity(order.len());
-            order.retain(|i| seen.insert(*i));
-        }
-        for ino in order {
+        for ino in std::mem::take(&mut self.dirty_order) {
             if self
                 .inodes
                 .get(&ino)

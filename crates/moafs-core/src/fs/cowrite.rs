@@ -100,7 +100,6 @@ impl Inner {
         let mut out = Vec::new();
         for (nb, mut b) in buckets.into_iter().enumerate() {
             b.sort_unstable();
-            b.dedup(); // a file listed twice (dirty, cleaned by truncate, dirty again)
             out.extend(b.into_iter().map(|ino| (ino, nb as u64)));
         }
         out
