@@ -12,6 +12,7 @@ pub mod managed;
 pub mod micro;
 pub mod postmark;
 pub mod procstat;
+pub mod readahead_exp;
 pub mod sqlite;
 pub mod stats;
 pub mod target;

@@ -1,11 +1,12 @@
 //! `moafs experiment`: paper experiments in-process (co-writing on the model disk, two-level
-//! logging on the model flash card).
+//! logging on the model flash card, readahead on the model disk and SSD).
 
 use super::*;
 
 #[derive(Args, Debug)]
 pub(crate) struct ExperimentArgs {
-    /// The experiment: `cowrite` (paper 000) or `bytelog` (paper 003).
+    /// The experiment: `cowrite` (paper 000), `bytelog` (paper 003) or `readahead` (paper
+    /// 001).
     pub(crate) which: String,
     /// Image size (default: cowrite 4G as the paper, bytelog 256M).
     #[arg(long)]
@@ -19,11 +20,13 @@ pub(crate) struct ExperimentArgs {
     pub(crate) layout: f64,
     /// Tests, comma-separated: cowrite: seq-write, rand-write, dir-read, large-write,
     /// large-read, postmark-rfsl, postmark-fsl; bytelog: sqlite-delete, sqlite-wal, tio-1536,
-    /// tio-128 (default: all).
+    /// tio-128; readahead: rndrd-16k … rndrd-1m, seq-4k, seq-64k, seq-1m, inter, mmap-rand,
+    /// mmap-seq (default: all).
     #[arg(long)]
     pub(crate) tests: Option<String>,
     /// Multiply the small-file and PostMark tests' file counts (1 = the paper's); bytelog:
-    /// the operations per workload (1 = 2,000 SQLite transactions, 20,000 tiobench writes).
+    /// the operations per workload (1 = 2,000 SQLite transactions, 20,000 tiobench writes);
+    /// readahead: the random requests (1 = the paper's 1,000).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) scale: f64,
     #[arg(long, default_value_t = 42)]
@@ -44,9 +47,10 @@ pub(crate) fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
     match a.which.as_str() {
         "cowrite" => {}
         "bytelog" => return cmd_bytelog(a),
+        "readahead" => return cmd_readahead(a),
         w => {
             return Err(format!(
-                "unknown experiment {w:?}; there are: cowrite, bytelog"
+                "unknown experiment {w:?}; there are: cowrite, bytelog, readahead"
             ))
         }
     }
@@ -128,6 +132,40 @@ fn report<R: serde::Serialize + serde::de::DeserializeOwned>(
         }
     }
     Ok(())
+}
+
+/// `moafs experiment readahead` (paper 001 on the model disk and SSD).
+fn cmd_readahead(a: &ExperimentArgs) -> Result<(), String> {
+    use moafs_bench::readahead_exp::{self, ReadaheadExpConfig, TESTS};
+    let d = ReadaheadExpConfig::default();
+    if a.size.is_some() || a.utilisation.is_some() {
+        return Err("readahead takes no --size or --utilisation (32 files of 16 MiB)".into());
+    }
+    if !(a.scale > 0.0 && a.scale <= 10.0) {
+        return Err("--scale: in (0, 10]".into());
+    }
+    let tests: Vec<String> = match &a.tests {
+        Some(t) => t.split(',').map(|s| s.trim().to_string()).collect(),
+        None => d.tests.clone(),
+    };
+    if let Some(t) = tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
+        return Err(format!(
+            "--tests: unknown {t:?}; there are: {}",
+            TESTS.join(", ")
+        ));
+    }
+    let cfg = ReadaheadExpConfig {
+        requests: ((d.requests as f64 * a.scale).round() as usize).max(1),
+        tests,
+        seed: a.seed,
+        ..d
+    };
+    report(
+        a,
+        || readahead_exp::run(&cfg, &mut |line| say!("{line}")),
+        readahead_exp::table,
+        readahead_exp::plots,
+    )
 }
 
 /// `moafs experiment bytelog` (paper 003 on the model flash card).

@@ -14,6 +14,9 @@ pub(crate) struct MountArgs {
     /// rewrites too, default off), nvm=PATH (an NVM tier for small fsync batches:
     /// an existing file on DAX storage or /dev/shm), nvm_model=optane|none (default optane),
     /// nvm_threshold=SIZE (batches under it go to the tier; default 2048),
+    /// readahead=sizeaware|linux|off (how reads fetch ahead, paper 001; default sizeaware),
+    /// readahead_max_kb=N (largest readahead window, default 256), read_ahead_kb=N (the
+    /// mount's own readahead in the kernel),
     /// ro, direct, nodirect (O_DIRECT on the image; the default for a block device),
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
@@ -141,6 +144,18 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                     Some("off") => false,
                     _ => return Err(format!("bytelog_writeback= takes on or off, not {v:?}")),
                 }
+            }
+            "readahead" => {
+                p.engine.readahead = v
+                    .ok_or("readahead= takes sizeaware, linux or off")?
+                    .parse()?;
+            }
+            "readahead_max_kb" => {
+                let n = num(k, v)?;
+                if !(4..=16384).contains(&n) {
+                    return Err(format!("readahead_max_kb={n}: must be between 4 and 16384"));
+                }
+                p.engine.readahead_max_kb = n as u32;
             }
             "bytelog_threshold" => {
                 let n = size(k, v)?;
@@ -324,6 +339,19 @@ pub(crate) fn write_stats(path: &Path, fs: &Fs) {
             "checkpoint": e.meta_blocks_written * bs,
             "byte_log": e.bytelog_sectors * 512,
             "tier": e.tier_bytes,
+        },
+        // reads (paper 001): bytes asked of the daemon, file data bytes it read from the
+        // device, and of those the readahead's: used by a later read, or not (evicted,
+        // dropped, or still cached unused at unmount)
+        "reads": {
+            "policy": fs.options().readahead.to_string(),
+            "requests": e.read_requests,
+            "requested_bytes": e.read_bytes,
+            "device_bytes": e.data_blocks_read * bs,
+            "prefetched_bytes": e.ra_read * bs,
+            "prefetched_used_bytes": e.ra_used * bs,
+            "prefetched_unused_bytes": e.ra_read.saturating_sub(e.ra_used) * bs,
+            "prefetched_evicted_bytes": (e.ra_wasted + e.ra_dropped) * bs,
         },
         "records_per_fsync": if e.bytelog_fsyncs > 0 {
             e.bytelog_records as f64 / e.bytelog_fsyncs as f64

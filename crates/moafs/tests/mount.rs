@@ -1171,3 +1171,87 @@ fn age_fills_and_fragments_an_image_and_reports_failure_clearly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(!text(&out.stderr).contains("panicked"));
 }
+
+/// Cold random reads of `size` bytes at `n` slots of `file` (a copy of `data`), no two
+/// adjacent (every other slot of a shuffled list), through a fresh mount with `opts`: checks
+/// every byte, and returns the unmounted daemon's `reads` statistics.
+fn cold_random_reads(
+    img: &Path,
+    mnt: &Path,
+    stats: &Path,
+    opts: &str,
+    data: &[u8],
+    size: usize,
+    n: usize,
+) -> serde_json::Value {
+    use std::os::unix::fs::FileExt;
+    let _ = fs::remove_file(stats);
+    let m = Mounted::new(img, mnt, &format!("stats={},{opts}", p(stats)));
+    let f = fs::File::open(mnt.join("f")).unwrap();
+    let slots = data.len() / size / 2;
+    let mut order: Vec<usize> = (0..slots).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let mut buf = vec![0u8; size];
+    for &slot in order.iter().take(n) {
+        let off = slot * 2 * size;
+        f.read_exact_at(&mut buf, off as u64).unwrap();
+        assert!(
+            buf == data[off..off + size],
+            "{opts}: bytes at {off} differ"
+        );
+    }
+    drop(f);
+    m.unmount();
+    let text = fs::read_to_string(stats).expect("stats file written at unmount");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("stats JSON");
+    v["reads"].clone()
+}
+
+#[test]
+fn cold_random_reads_fetch_what_they_ask_and_linux_readahead_does_not() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let (img, mnt) = (tmp.path().join("img"), tmp.path().join("mnt"));
+    let stats = tmp.path().join("stats.json");
+    mkfs(&img, "128M");
+    let data = pattern(48 << 20, 18);
+    let m = Mounted::new(&img, &mnt, "");
+    fs::write(mnt.join("f"), &data).unwrap();
+    m.unmount();
+    let get = |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}"));
+    for (size, n) in [(4096usize, 200usize), (16 << 10, 150), (256 << 10, 40)] {
+        let r = cold_random_reads(&img, &mnt, &stats, "readahead=sizeaware", &data, size, n);
+        let asked = (size * n) as u64;
+        let dev = get(&r, "device_bytes");
+        // file data read from the device, against what the reads asked (the pointer blocks
+        // of the file's map are metadata, not counted here)
+        assert!(
+            dev * 100 <= asked * 105,
+            "sizeaware, {size}-byte random reads: {dev} device bytes for {asked} asked ({r})"
+        );
+        assert!(dev >= asked, "{r}");
+        if size == 256 << 10 {
+            // the mount's readahead lets a 256 KiB read reach the daemon whole
+            let avg = get(&r, "requested_bytes") / get(&r, "requests").max(1);
+            assert!(avg >= 128 << 10, "READs of {avg} bytes on average: {r}");
+        }
+    }
+    // The baseline this guards against: 2.6.7's windows drag pages past each random read.
+    let r = cold_random_reads(&img, &mnt, &stats, "readahead=linux", &data, 256 << 10, 40);
+    let asked = 40 * (256 << 10) as u64;
+    let dev = get(&r, "device_bytes");
+    assert!(
+        dev * 100 > asked * 110,
+        "linux readahead over-reads random 256 KiB reads: {dev} for {asked} ({r})"
+    );
+    assert!(get(&r, "prefetched_unused_bytes") > 0, "{r}");
+    assert_fsck_clean(&img);
+}

@@ -15,6 +15,11 @@
 //!   [`DeviceError::Locked`] instead of two engines silently corrupting each other. `flock`
 //!   locks belong to the open file description, so even a second open in the same process is
 //!   refused.
+//! * Without `direct`, the image is marked `POSIX_FADV_RANDOM`: the page cache then reads
+//!   what a request asks in as few device requests as it can, and never ahead of it (the
+//!   engine owns readahead), and a read of more than a page first asks the kernel for the
+//!   whole range (`POSIX_FADV_WILLNEED`): without that, a device with its readahead off was
+//!   read one page per request.
 //! * With `direct: true` the file is opened `O_DIRECT` to bypass the page cache (measurements
 //!   of the engine's own cache are then honest). O_DIRECT wants buffers, offsets and lengths
 //!   aligned to the logical block size: a block device's own (from sysfs; 512 on a loop
@@ -164,6 +169,18 @@ impl FileDevice {
         };
         if opts.direct {
             size_bytes -= size_bytes % DIRECT_ALIGN as u64;
+        } else {
+            // The engine reads ahead itself (`fs/readahead.rs`): without this, a buffered
+            // read of a device whose readahead is off goes to it one page at a time.
+            use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+            if let Err(e) = posix_fadvise(
+                file.as_raw_fd(),
+                0,
+                0,
+                PosixFadviseAdvice::POSIX_FADV_RANDOM,
+            ) {
+                log::info!("posix_fadvise(RANDOM) on {}: {e}", path.display());
+            }
         }
         let handle = if opts.lock {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -285,12 +302,26 @@ impl BlockDevice for FileDevice {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
         let len = buf.len() as u64;
         check_range(offset, len, self.size_bytes)?;
-        if self.opts.direct {
+        let align = self.align as u64;
+        if self.opts.direct
+            && (!offset.is_multiple_of(align)
+                || !len.is_multiple_of(align)
+                || !(buf.as_ptr() as u64).is_multiple_of(align))
+        {
             let (mut bounce, pos) = self
                 .direct_read_covering(offset, buf.len())
                 .map_err(|e| io_err(offset, len, e))?;
             buf.copy_from_slice(&bounce.buf()[pos..pos + buf.len()]);
         } else {
+            if !self.opts.direct && len > 4096 {
+                // One request for the whole range even when the device's readahead is off
+                // (the page cache would read a random-advised file a page at a time).
+                use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+                let (off, n) = (offset as i64, len as i64);
+                let will = PosixFadviseAdvice::POSIX_FADV_WILLNEED;
+                let _ = posix_fadvise(self.file().as_raw_fd(), off, n, will);
+            }
+            // (aligned in every way: O_DIRECT reads straight into the caller's buffer)
             self.file()
                 .read_exact_at(buf, offset)
                 .map_err(|e| io_err(offset, len, e))?;

@@ -87,6 +87,11 @@ pub(crate) struct CBlock {
     /// Times a commit wrote it home while it was cached (saturating): a block written home
     /// before is being rewritten, the case write-back logging pays for.
     pub homes: u8,
+    /// Its contents came from home by a read and nothing wrote it since: its leaving the
+    /// cache cannot make what a concurrent read fetched from home stale.
+    pub fetched: bool,
+    /// Fetched by readahead and no read used it yet (counted as wasted if it leaves so).
+    pub prefetched: bool,
 }
 
 impl CBlock {
@@ -105,6 +110,8 @@ impl CBlock {
             tiered: false,
             homeless: false,
             homes: 0,
+            fetched: false,
+            prefetched: false,
         }
     }
 }
@@ -117,10 +124,13 @@ pub(crate) struct CacheBook {
     /// Clean blocks by `last_use`: (inode, logical block).
     clean: BTreeMap<u64, (u64, u64)>,
     clock: u64,
-    /// Blocks that left any cache so far: a read that went to the device may keep its
-    /// block only if none left meanwhile (what it read may be older than a copy that was
-    /// written home and dropped while it read).
+    /// Blocks that left any cache so far, but those that only a read had put there
+    /// (`fetched`): a read that went to the device may keep its blocks only if none left
+    /// meanwhile (what it read may be older than a copy that was written home and dropped
+    /// while it read).
     removals: u64,
+    /// Prefetched blocks that left the cache (or were overwritten) before any read used them.
+    ra_wasted: u64,
     /// Homeless blocks: (inode, logical block) → (home, `since`).
     homeless: BTreeMap<(u64, u64), (u64, u64)>,
     /// Blocks with records since they were last home (`logged`), dirty or homeless.
@@ -140,6 +150,9 @@ impl CacheBook {
     }
     pub fn removals(&self) -> u64 {
         self.removals
+    }
+    pub fn ra_wasted(&self) -> u64 {
+        self.ra_wasted
     }
     /// Every clean block is listed in the age order and nothing else is.
     pub fn clean_listed(&self) -> u64 {
@@ -233,6 +246,8 @@ impl BlockCache {
                     book.clean.remove(&cb.last_use);
                 }
                 let was = (cb.dirty, cb.reserved);
+                book.ra_wasted += cb.prefetched as u64;
+                (cb.fetched, cb.prefetched) = (false, false);
                 cb.changed |= delta;
                 cb.unlogged |= delta;
                 cb.unknown |= unknown;
@@ -263,15 +278,38 @@ impl BlockCache {
     }
 
     /// Keeps `data`, just read from block `idx`'s home, as a clean cached copy (in the age
-    /// order), unless the block is cached already.
-    pub fn put_clean(&mut self, book: &mut CacheBook, ino: u64, idx: u64, data: Arc<[u8]>) {
+    /// order), unless the block is cached already; `prefetched`: by readahead, for no read
+    /// yet. Returns whether it was kept.
+    pub fn put_clean(
+        &mut self,
+        book: &mut CacheBook,
+        ino: u64,
+        idx: u64,
+        data: Arc<[u8]>,
+        prefetched: bool,
+    ) -> bool {
         if self.map.contains_key(&idx) {
-            return;
+            return false;
         }
         let last_use = book.stamp();
         book.cached += 1;
         book.clean.insert(last_use, (ino, idx));
-        self.map.insert(idx, CBlock::clean(data, last_use));
+        let mut cb = CBlock::clean(data, last_use);
+        (cb.fetched, cb.prefetched) = (true, prefetched);
+        self.map.insert(idx, cb);
+        true
+    }
+
+    /// A read uses block `idx`: whether readahead had fetched it for this read (counted
+    /// once).
+    pub fn use_prefetched(&mut self, idx: u64) -> bool {
+        match self.map.get_mut(&idx) {
+            Some(cb) if cb.prefetched => {
+                cb.prefetched = false;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Block `idx` got a disk address: its reservation is used up. Returns whether it held
@@ -401,7 +439,8 @@ impl BlockCache {
 
     fn forget(&mut self, book: &mut CacheBook, ino: u64, idx: u64, cb: &CBlock) {
         book.cached -= 1;
-        book.removals += 1;
+        book.removals += !cb.fetched as u64;
+        book.ra_wasted += cb.prefetched as u64;
         book.logged -= cb.logged as u64;
         if cb.dirty {
             self.dirty.remove(&idx);
@@ -464,6 +503,9 @@ impl BlockCache {
             } else if !cb.dirty && (cb.changed != 0 || cb.unlogged != 0 || cb.unknown || cb.logged)
             {
                 return Err(format!("inode {ino} block {idx}: clean but changed units"));
+            }
+            if (cb.prefetched && !cb.fetched) || (cb.fetched && (cb.dirty || cb.homeless)) {
+                return Err(format!("inode {ino} block {idx}: fetched but written"));
             }
             if !cb.logged && (cb.since != 0 || cb.tiered) {
                 return Err(format!("inode {ino} block {idx}: records but not logged"));

@@ -312,12 +312,14 @@ impl Inner {
     pub(crate) fn read(&mut self, ino: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         let mut plan = self.read_plan(ino, offset, size, |n| vec![0u8; n])?;
         read_runs(self.dev.as_ref(), self.bs() as u64, &mut plan)?;
+        self.keep_fetched(ino, &mut plan)?;
         Ok(plan.out)
     }
 
     /// Copies what the cache holds into the buffer `make(len)` returns (`len` bytes: the
     /// request clipped to the file size), zeroes holes, and lists the blocks that must come
-    /// from the device.
+    /// from the device: the request's, and the readahead's (`readahead.rs`) that are not
+    /// cached.
     pub(crate) fn read_plan<O: AsMut<[u8]>>(
         &mut self,
         ino: u64,
@@ -326,20 +328,18 @@ impl Inner {
         make: impl FnOnce(usize) -> O,
     ) -> FsResult<ReadPlan<O>> {
         let bs = self.bs() as u64;
+        let removals = self.book.removals();
         let node = self.inode(ino)?;
         if node.is_dir() {
             return Err(FsError::IsDir);
         }
         let fsize = node.d.size;
+        self.counters.read_requests += 1;
         if offset >= fsize || size == 0 {
-            return Ok(ReadPlan {
-                out: make(0),
-                misses: Vec::new(),
-                offset,
-                end: offset,
-            });
+            return Ok(ReadPlan::empty(make(0), offset, removals));
         }
         let end = fsize.min(offset + size as u64);
+        self.counters.read_bytes += end - offset;
         let first = offset / bs;
         let last = (end - 1) / bs;
         let mut out = make((end - offset) as usize);
@@ -349,10 +349,11 @@ impl Inner {
             let lo = offset.max(bstart);
             let hi = end.min(bstart + bs);
             let dst = &mut out.as_mut()[(lo - offset) as usize..(hi - offset) as usize];
-            let node = self.inode(ino)?;
+            let node = self.inodes.get_mut(&ino).expect("loaded above");
             if let Some(cb) = node.cache.get(&idx) {
                 dst.copy_from_slice(&cb.data[(lo - bstart) as usize..(hi - bstart) as usize]);
                 self.counters.cache_hits += 1;
+                self.counters.ra_used += node.cache.use_prefetched(idx) as u64;
                 continue;
             }
             self.counters.cache_misses += 1;
@@ -364,13 +365,62 @@ impl Inner {
                 dst.fill(0); // a hole (the buffer may hold older bytes)
             }
         }
-        self.counters.data_blocks_read += misses.len() as u64;
+        let ahead = self.readahead(ino, first, last, fsize.div_ceil(bs))?;
+        self.counters.data_blocks_read += (misses.len() + ahead.len()) as u64;
+        self.counters.ra_read += ahead.len() as u64;
+        let mut bufs = Vec::with_capacity(ahead.len());
+        while bufs.len() < ahead.len() {
+            match self.spare.pop() {
+                Some(b) => bufs.push(b),
+                None => break,
+            }
+        }
         Ok(ReadPlan {
             out,
             misses,
+            ahead,
+            bufs,
             offset,
             end,
+            removals,
+            keep_demand: false,
         })
+    }
+
+    /// The blocks readahead adds to a read of blocks `first..=last` of a file of `nblocks`
+    /// blocks: in the stream's windows, not requested, not cached, not holes; (logical,
+    /// physical), ascending.
+    fn readahead(
+        &mut self,
+        ino: u64,
+        first: u64,
+        last: u64,
+        nblocks: u64,
+    ) -> FsResult<Vec<(u64, u64)>> {
+        let ra = super::Readahead::new(
+            self.opts.readahead,
+            self.opts.readahead_max_kb,
+            self.bs() as u32,
+        );
+        let node = self.inodes.get_mut(&ino).expect("loaded by the caller");
+        let windows = node.ra.on_read(&ra, first, last - first + 1);
+        let mut want = std::collections::BTreeSet::new();
+        for w in windows {
+            for idx in w.start..w.end.min(nblocks) {
+                if !(first..=last).contains(&idx) && !node.cache.contains_key(&idx) {
+                    want.insert(idx);
+                }
+            }
+        }
+        let mut ahead = Vec::with_capacity(want.len());
+        for idx in want {
+            let phys = self.bmap(ino, idx)?;
+            if phys != 0 {
+                self.check_data_block(phys)?;
+                ahead.push((idx, phys));
+            }
+        }
+        Ok(ahead)
     }
 
     /// Drops cached blocks at index >= `from`, returning their reservations.
@@ -516,11 +566,11 @@ impl Inner {
 }
 
 impl Inner {
-    /// Whether a read is one whole block from the device that the cache should keep: with
-    /// the byte log, a page the kernel reads before it changes part of it (FUSE reads a
-    /// page before a partial write) comes back whole at write-back, and only a cached copy
-    /// tells which bytes changed without reading the block again (`bytelog.rs`). Larger
-    /// reads (readahead, streams) are the page cache's alone.
+    /// Whether the read `plan` keeps its own block too (clean, in the cache): one whole block
+    /// from the device, with the byte log on. A page the kernel reads before it changes part
+    /// of it (FUSE reads a page before a partial write) comes back whole at write-back, and
+    /// only a cached copy tells which bytes changed without reading the block again
+    /// (`bytelog.rs`). Larger reads are the mount's page cache's alone.
     pub(crate) fn keeps_read<O: AsMut<[u8]>>(&self, plan: &ReadPlan<O>) -> bool {
         let bs = self.bs() as u64;
         self.bytelog_active()
@@ -529,28 +579,45 @@ impl Inner {
             && plan.end == plan.offset + bs
     }
 
-    /// Keeps the block `plan` read (see [`Inner::keeps_read`]) as a clean cached copy, if
-    /// nothing left any cache meanwhile (`removals` then) and the block still maps there.
-    pub(crate) fn keep_read<O: AsMut<[u8]>>(
+    /// After the device reads of `plan` (outside the engine lock): keeps the readahead's
+    /// blocks (and the read's own, `keep_demand`) as clean cached copies, if no block left
+    /// any cache meanwhile (a removal could mean a newer copy went home while this read
+    /// fetched an older one) and each block still maps where it was read.
+    pub(crate) fn keep_fetched<O: AsMut<[u8]>>(
         &mut self,
         ino: u64,
         plan: &mut ReadPlan<O>,
-        removals: u64,
     ) -> FsResult<()> {
-        let (idx, phys) = plan.misses[0];
-        if self.book.removals() != removals
-            || self.committing
-            || !self.inodes.contains_key(&ino)
-            // (an inode freed meanwhile: nothing to keep, and no error for the read)
-            || self.bmap(ino, idx).unwrap_or(0) != phys
-        {
-            return Ok(());
+        let fresh = self.book.removals() == plan.removals && self.inodes.contains_key(&ino);
+        let mut keep: Vec<(u64, u64, Arc<[u8]>, bool)> = Vec::new();
+        if plan.keep_demand && plan.misses.len() == 1 {
+            let (idx, phys) = plan.misses[0];
+            let mut buf = self.new_block();
+            Arc::make_mut(&mut buf).copy_from_slice(plan.out.as_mut());
+            keep.push((idx, phys, buf, false));
         }
-        let mut buf = self.new_block();
-        Arc::make_mut(&mut buf).copy_from_slice(plan.out.as_mut());
-        let node = self.inodes.get_mut(&ino).expect("checked above");
-        node.cache.put_clean(&mut self.book, ino, idx, buf);
-        self.after_dirtying() // the cache's bound, as after a write
+        for ((idx, phys), buf) in plan.ahead.drain(..).zip(plan.bufs.drain(..)) {
+            keep.push((idx, phys, buf, true));
+        }
+        let mut kept = false;
+        for (idx, phys, buf, prefetched) in keep {
+            // (an inode freed meanwhile: nothing to keep, and no error for the read)
+            let put = fresh
+                && self.bmap(ino, idx).unwrap_or(0) == phys
+                && self.inodes.get_mut(&ino).is_some_and(|node| {
+                    node.cache
+                        .put_clean(&mut self.book, ino, idx, buf.clone(), prefetched)
+                });
+            if !put {
+                self.counters.ra_dropped += prefetched as u64;
+                recycle(&mut self.spare, self.spare_max, buf);
+            }
+            kept |= put;
+        }
+        if kept {
+            self.after_dirtying()?; // the cache's bound, as after a write
+        }
+        Ok(())
     }
 }
 
@@ -569,44 +636,93 @@ pub(super) fn recycle(spare: &mut Vec<Arc<[u8]>>, max: usize, mut data: Arc<[u8]
 pub(crate) struct ReadPlan<O> {
     /// The reply: `end - offset` bytes.
     pub out: O,
-    /// (logical index, physical block), in logical order.
+    /// The request's blocks to read: (logical index, physical block), in logical order.
     pub misses: Vec<(u64, u64)>,
+    /// The readahead's, likewise; after `read_runs`, `bufs[i]` holds block `ahead[i]`.
+    pub ahead: Vec<(u64, u64)>,
+    pub bufs: Vec<Arc<[u8]>>,
     pub offset: u64,
     pub end: u64,
+    /// `CacheBook::removals` when the plan was made.
+    pub removals: u64,
+    /// Keep the request's one block in the cache too (`Inner::keeps_read`).
+    pub keep_demand: bool,
 }
 
-/// Reads the missing blocks of `plan`, one device request per physically contiguous run.
-/// Needs no engine state, so `Fs::read` runs it outside the engine lock (see `io_gate`).
+impl<O> ReadPlan<O> {
+    fn empty(out: O, offset: u64, removals: u64) -> ReadPlan<O> {
+        ReadPlan {
+            out,
+            misses: Vec::new(),
+            ahead: Vec::new(),
+            bufs: Vec::new(),
+            offset,
+            end: offset,
+            removals,
+            keep_demand: false,
+        }
+    }
+    /// Nothing to read from the device.
+    pub fn is_complete(&self) -> bool {
+        self.misses.is_empty() && self.ahead.is_empty()
+    }
+}
+
+/// Reads the missing blocks of `plan`, the request's and the readahead's together, one
+/// device request per run of blocks consecutive both in the file and on the device. Needs
+/// no engine state, so `Fs::read` runs it outside the engine lock (see `io_gate`).
 pub(crate) fn read_runs<O: AsMut<[u8]>>(
     dev: &dyn BlockDevice,
     bs: u64,
     plan: &mut ReadPlan<O>,
 ) -> FsResult<()> {
-    let (misses, offset, end) = (&plan.misses, plan.offset, plan.end);
+    let (offset, end) = (plan.offset, plan.end);
     let out = plan.out.as_mut();
+    while plan.bufs.len() < plan.ahead.len() {
+        plan.bufs.push(Arc::from(vec![0u8; bs as usize]));
+    }
+    // Every block to read, in logical order: (logical, physical, index into `ahead` or none).
+    let mut all: Vec<(u64, u64, Option<usize>)> = plan
+        .misses
+        .iter()
+        .map(|&(l, p)| (l, p, None))
+        .chain(
+            plan.ahead
+                .iter()
+                .enumerate()
+                .map(|(i, &(l, p))| (l, p, Some(i))),
+        )
+        .collect();
+    all.sort_unstable_by_key(|b| b.0);
+    let mut buf = Vec::new();
     let mut i = 0;
-    while i < misses.len() {
+    while i < all.len() {
         let mut j = i + 1;
-        while j < misses.len()
-            && misses[j].1 == misses[j - 1].1 + 1
-            && misses[j].0 == misses[j - 1].0 + 1
-        {
+        while j < all.len() && all[j].1 == all[j - 1].1 + 1 && all[j].0 == all[j - 1].0 + 1 {
             j += 1;
         }
-        let run_start = misses[i].0 * bs;
-        let run_end = misses[j - 1].0 * bs + bs;
+        let run = &all[i..j];
+        let run_start = run[0].0 * bs;
+        let run_end = run[run.len() - 1].0 * bs + bs;
         if offset <= run_start && run_end <= end {
-            // Whole blocks inside the request: read straight into the reply buffer.
+            // Only the request's whole blocks: read straight into the reply buffer.
             let dst = &mut out[(run_start - offset) as usize..(run_end - offset) as usize];
-            dev.read_at(misses[i].1 * bs, dst)?;
+            dev.read_at(run[0].1 * bs, dst)?;
         } else {
-            let mut buf = vec![0u8; (run_end - run_start) as usize];
-            dev.read_at(misses[i].1 * bs, &mut buf)?;
-            for (k, (idx, _)) in misses[i..j].iter().enumerate() {
+            buf.resize((run_end - run_start) as usize, 0);
+            dev.read_at(run[0].1 * bs, &mut buf)?;
+            for (k, &(idx, _, ahead)) in run.iter().enumerate() {
+                let src = &buf[k * bs as usize..(k + 1) * bs as usize];
+                if let Some(a) = ahead {
+                    // unshared: fresh from `spare` or just allocated
+                    let dst = Arc::get_mut(&mut plan.bufs[a]).expect("unshared buffer");
+                    dst.copy_from_slice(src);
+                    continue;
+                }
                 let bstart = idx * bs;
                 let lo = offset.max(bstart);
                 let hi = end.min(bstart + bs);
-                let src = &buf[k * bs as usize..][(lo - bstart) as usize..(hi - bstart) as usize];
+                let src = &src[(lo - bstart) as usize..(hi - bstart) as usize];
                 out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(src);
             }
         }

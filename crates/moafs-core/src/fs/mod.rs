@@ -28,6 +28,8 @@ mod homeless;
 pub mod journal;
 mod node;
 mod ops;
+mod readahead;
+pub use readahead::{Readahead, ReadaheadPolicy};
 mod types;
 
 pub use types::*;
@@ -430,7 +432,11 @@ impl Fs {
         self.lock().sb.clone()
     }
     pub fn counters(&self) -> EngineCounters {
-        self.lock().counters
+        let g = self.lock();
+        EngineCounters {
+            ra_wasted: g.book.ra_wasted(),
+            ..g.counters
+        }
     }
     /// The NVM tier's counters, if the byte log has a tier.
     pub fn tier_counters(&self) -> Option<crate::device::NvmCounters> {
@@ -599,7 +605,7 @@ impl Fs {
         let mut g = self.lock();
         let mut plan = g.read_plan(ino, offset, size, make)?;
         g.touch_atime(ino)?;
-        if plan.misses.is_empty() {
+        if plan.is_complete() {
             return Ok(plan.out);
         }
         // Taken before the engine lock is released: no commit can make the planned blocks
@@ -607,12 +613,12 @@ impl Fs {
         let gate = g.io_gate.clone();
         let shared = gate.read().unwrap_or_else(|e| e.into_inner());
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
-        let keep = g.keeps_read(&plan).then(|| g.book.removals());
+        plan.keep_demand = g.keeps_read(&plan);
         drop(g);
         data::read_runs(dev.as_ref(), bs, &mut plan)?;
         drop(shared);
-        if let Some(removals) = keep {
-            self.lock().keep_read(ino, &mut plan, removals)?;
+        if plan.keep_demand || !plan.ahead.is_empty() {
+            self.lock().keep_fetched(ino, &mut plan)?;
         }
         Ok(plan.out)
     }

@@ -14,6 +14,8 @@ pub(crate) struct Inode {
     pub lookups: u64,
     pub opens: u32,
     pub cache: BlockCache,
+    /// Readahead state of the file's readers.
+    pub ra: super::readahead::Stream,
     pub dir: Option<Dir>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Continuation blocks of the xattr set on disk (known once `xattrs` is loaded).
@@ -44,6 +46,7 @@ impl Inode {
             lookups: 0,
             opens: 0,
             cache: BlockCache::default(),
+            ra: Default::default(),
             dir: None,
             meta_reserved: false,
             parent_hint: 0,

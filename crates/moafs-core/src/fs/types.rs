@@ -278,6 +278,10 @@ pub struct MountOptions {
     /// With an NVM tier (`Fs::mount_with_tier`): a batch smaller than this many bytes goes
     /// to the tier instead of the device log (the paper's TH_SCM, 2048).
     pub nvm_threshold: u32,
+    /// How reads fetch blocks beyond what they ask for (paper 001, `readahead.rs`).
+    pub readahead: super::ReadaheadPolicy,
+    /// Largest readahead window in KiB (the paper's 64 pages of 4 KiB).
+    pub readahead_max_kb: u32,
 }
 
 impl MountOptions {
@@ -329,6 +333,8 @@ impl Default for MountOptions {
             bytelog_threshold: 2048,
             bytelog_writeback: false,
             nvm_threshold: 2048,
+            readahead: super::ReadaheadPolicy::SizeAware,
+            readahead_max_kb: 256,
         }
     }
 }
@@ -372,6 +378,17 @@ pub struct EngineCounters {
     pub written_behind: u64,
     pub meta_blocks_written: u64,
     pub data_blocks_read: u64,
+    /// Reads asked of the engine (FUSE READs) and the bytes they got (clipped to EOF).
+    pub read_requests: u64,
+    pub read_bytes: u64,
+    /// Readahead (`readahead.rs`), in blocks: read from the device beyond what reads
+    /// asked (counted in `data_blocks_read` too), used by a later read, left the cache
+    /// unused (evicted, dropped or overwritten), and not kept because the cache changed
+    /// while they were read.
+    pub ra_read: u64,
+    pub ra_used: u64,
+    pub ra_wasted: u64,
+    pub ra_dropped: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
     pub evictions: u64,
@@ -432,6 +449,12 @@ impl EngineCounters {
                 .meta_blocks_written
                 .saturating_sub(e.meta_blocks_written),
             data_blocks_read: self.data_blocks_read.saturating_sub(e.data_blocks_read),
+            read_requests: self.read_requests.saturating_sub(e.read_requests),
+            read_bytes: self.read_bytes.saturating_sub(e.read_bytes),
+            ra_read: self.ra_read.saturating_sub(e.ra_read),
+            ra_used: self.ra_used.saturating_sub(e.ra_used),
+            ra_wasted: self.ra_wasted.saturating_sub(e.ra_wasted),
+            ra_dropped: self.ra_dropped.saturating_sub(e.ra_dropped),
             cache_hits: self.cache_hits.saturating_sub(e.cache_hits),
             cache_misses: self.cache_misses.saturating_sub(e.cache_misses),
             evictions: self.evictions.saturating_sub(e.evictions),
