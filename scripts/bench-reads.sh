@@ -12,6 +12,8 @@
 #   randSIZE fio randread of SIZE (16k ... 1m), 300 requests
 #   mmaprand fio randread through mmap, 4 KiB, 300 requests (page faults)
 #   mmapseq  fio read through mmap, 64 KiB, the whole file
+# Target `raw` reads the loop device itself (seq64 only, O_DIRECT, 1 MiB requests): the
+# device's read bandwidth.
 # Targets run interleaved (every rep runs every target once per workload); prints, per
 # target and workload: seconds, device read requests, KiB read, average request KiB, the
 # ratio of device bytes to the bytes the workload asked for, and for moafs the READ requests
@@ -55,10 +57,12 @@ do_mount() {
       "$MOAFS" mount -o "pidfile=$work/$k.$$.pid,stats=$work/stats.json${o:+,$o}" "${LOOP[$t]}" "${MNT[$t]}"
       PID[$t]=$(cat "$work/$k.$$.pid") ;;
     ext4|xfs) mount "${LOOP[$t]}" "${MNT[$t]}" ;;
+    raw) ;;
   esac
 }
 do_umount() {
   local t=$1
+  [ "$(kind "$t")" = raw ] && return 0
   if [ -n "${PID[$t]:-}" ]; then unmount_wait "${MNT[$t]}" "${PID[$t]}"; PID[$t]=""; else umount "${MNT[$t]}"; fi
 }
 
@@ -73,6 +77,8 @@ for t in $TARGETS; do
     moafs) "$MOAFS" mkfs "${LOOP[$t]}" >/dev/null ;;
     ext4) mkfs.ext4 -q -F "${LOOP[$t]}" ;;
     xfs) mkfs.xfs -q -f "${LOOP[$t]}" ;;
+    raw) dd if=/dev/urandom of="${LOOP[$t]}" bs=1M count="$FILE_MB" status=none oflag=direct
+         continue ;;
     *) echo "unknown target $t" >&2; exit 2 ;;
   esac
   do_mount "$t"
@@ -88,7 +94,9 @@ run() {
   local w=$1 f=$2
   case $w in
     seq64)
-      fio --name=s --filename="$f" --rw=read --bs=64k --ioengine=psync --size="${FILE_MB}m" \
+      # (raw: the loop device itself, O_DIRECT, 1 MiB requests: its read bandwidth)
+      if [ -b "$f" ]; then set -- --direct=1 --bs=1m; else set -- --bs=64k; fi
+      fio --name=s --filename="$f" --rw=read --ioengine=psync --size="${FILE_MB}m" "$@" \
         --output=/dev/null >/dev/null
       echo $((FILE_MB << 20)) ;;
     inter)
@@ -130,7 +138,13 @@ for rep in $(seq "$REPS"); do
       sync; echo 3 > /proc/sys/vm/drop_caches
       read -r r0 s0 < <(dev_reads "${LOOP[$t]}")
       a=$(date +%s.%N)
-      asked=$(run "$w" "${MNT[$t]}/f")
+      if [ "$(kind "$t")" = raw ]; then
+        [ "$w" = seq64 ] || continue
+        f=${LOOP[$t]}
+      else
+        f=${MNT[$t]}/f
+      fi
+      asked=$(run "$w" "$f")
       b=$(date +%s.%N)
       read -r r1 s1 < <(dev_reads "${LOOP[$t]}")
       do_umount "$t"
