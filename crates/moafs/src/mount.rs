@@ -17,7 +17,8 @@ pub(crate) struct MountArgs {
     /// readahead=sizeaware|linux|off (how reads fetch ahead, paper 001; default sizeaware),
     /// readahead_max_kb=N (largest readahead window, default 256), read_ahead_kb=N (the
     /// mount's own readahead in the kernel),
-    /// ro, direct, nodirect (O_DIRECT on the image; the default for a block device),
+    /// ro, direct, nodirect (O_DIRECT on the image; the default wherever the image's file
+    /// system supports it),
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -40,8 +41,9 @@ pub(crate) struct MountArgs {
 pub(crate) struct MountPlan {
     pub(crate) engine: MountOptions,
     pub(crate) fuse: MountConfig,
-    /// O_DIRECT on the image: `direct` / `nodirect`; by default on for a block device (the
-    /// device sees the engine's requests, not the page cache's pages), off for a file.
+    /// O_DIRECT on the image: `direct` / `nodirect`; by default on wherever the image's file
+    /// system supports it (the device sees the engine's requests, not the page cache's pages,
+    /// and the image's data is not cached twice), off elsewhere.
     pub(crate) direct: Option<bool>,
     /// `nvm=PATH`: the NVM tier of the byte log, and how its persists are charged.
     pub(crate) nvm: Option<PathBuf>,
@@ -282,10 +284,11 @@ pub(crate) fn serve(
         image,
         FileDeviceOptions {
             read_only: plan.engine.read_only,
-            direct: plan.direct.unwrap_or_else(|| {
-                use std::os::unix::fs::FileTypeExt;
-                std::fs::metadata(image).is_ok_and(|m| m.file_type().is_block_device())
-            }),
+            // the daemon's block cache is the only cache below the mount's page cache
+            // (docs/DESIGN.md §Reads); buffered where the image's file system refuses O_DIRECT
+            direct: plan
+                .direct
+                .unwrap_or_else(|| FileDevice::supports_direct(image)),
             lock: true,
         },
     )?;

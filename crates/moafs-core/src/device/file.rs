@@ -205,6 +205,16 @@ impl FileDevice {
         })
     }
 
+    /// Whether `path` can be opened with `O_DIRECT` (a block device, or a file on a file
+    /// system that supports it: not tmpfs before Linux 6.6).
+    pub fn supports_direct(path: &Path) -> bool {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .is_ok()
+    }
+
     /// Creates the regular file `path` or extends it to at least `size_bytes` bytes. Never
     /// shrinks, never truncates, and leaves block devices alone.
     pub fn create(path: &Path, size_bytes: u64) -> DevResult<()> {
