@@ -17,7 +17,8 @@
 # Targets run interleaved (every rep runs every target once per workload); prints, per
 # target and workload: seconds, device read requests, KiB read, average request KiB, the
 # ratio of device bytes to the bytes the workload asked for, and for moafs the READ requests
-# the daemon got, their average KiB, and the KiB its readahead fetched and wasted.
+# the daemon got, their average KiB, the KiB its readahead fetched and left unused, and the
+# daemon's peak resident memory (VmHWM, MiB).
 #
 #   scripts/bench-reads.sh [REPS] [WORKLOADS...]        (root)
 #   TARGETS="ext4 xfs moafs moafs:readahead=linux" scripts/bench-reads.sh 3 rand256 seq64 inter
@@ -129,8 +130,8 @@ EOF
   esac
 }
 
-printf "%-28s %-8s %8s %9s %11s %8s %7s %8s %7s %8s %8s\n" target workload secs requests KiB avgKiB dev/ask \
-  READs avgKiB raKiB wasteKiB >"$OUT"
+printf "%-28s %-8s %8s %9s %11s %8s %7s %8s %7s %8s %8s %7s\n" target workload secs requests KiB avgKiB dev/ask \
+  READs avgKiB raKiB wasteKiB hwmMiB >"$OUT"
 for rep in $(seq "$REPS"); do
   for w in $WORKLOADS; do
     for t in $TARGETS; do
@@ -147,6 +148,10 @@ for rep in $(seq "$REPS"); do
       asked=$(run "$w" "$f")
       b=$(date +%s.%N)
       read -r r1 s1 < <(dev_reads "${LOOP[$t]}")
+      hwm=-
+      if [ -n "${PID[$t]:-}" ]; then
+        hwm=$(awk '/^VmHWM/ {printf "%d", $2 / 1024}' "/proc/${PID[$t]}/status")
+      fi
       do_umount "$t"
       req=$((r1 - r0)); kib=$(((s1 - s0) / 2))
       daemon="- - - -"
@@ -155,8 +160,8 @@ for rep in $(seq "$REPS"); do
 print(n, round(r["requested_bytes"]/1024/max(n,1),1), r["prefetched_bytes"]//1024, r["prefetched_unused_bytes"]//1024)' "$work/stats.json")
         rm -f "$work/stats.json"
       fi
-      awk -v t="$t" -v w="$w" -v a="$a" -v b="$b" -v r="$req" -v k="$kib" -v x="$asked" -v d="$daemon" \
-        'BEGIN{split(d, f, " "); printf "%-28s %-8s %8.3f %9d %11d %8.1f %7.3f %8s %7s %8s %8s\n", t, w, b-a, r, k, (r?k/r:0), k*1024/x, f[1], f[2], f[3], f[4]}' >>"$OUT"
+      awk -v t="$t" -v w="$w" -v a="$a" -v b="$b" -v r="$req" -v k="$kib" -v x="$asked" -v d="$daemon" -v h="$hwm" \
+        'BEGIN{split(d, f, " "); printf "%-28s %-8s %8.3f %9d %11d %8.1f %7.3f %8s %7s %8s %8s %7s\n", t, w, b-a, r, k, (r?k/r:0), k*1024/x, f[1], f[2], f[3], f[4], h}' >>"$OUT"
     done
   done
 done

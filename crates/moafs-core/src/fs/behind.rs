@@ -26,6 +26,7 @@
 //!   After (C) a read of a dropped block finds its address and the bytes (B) wrote there.
 //! - A failed device write turns the file system read-only, as a failed commit does.
 
+use super::cache::Block;
 use super::{Fs, Inner, JournalMode};
 use crate::error::FsResult;
 use crate::format::N_DIRECT;
@@ -35,7 +36,7 @@ use std::sync::Arc;
 /// One physically contiguous run to write: its first block and (inode, logical block, bytes).
 pub(crate) struct WbRun {
     phys: u64,
-    blocks: Vec<(u64, u64, Arc<[u8]>)>,
+    blocks: Vec<(u64, u64, Block)>,
 }
 
 /// Longest vectored request of write-behind, in blocks (as `write_runs`).

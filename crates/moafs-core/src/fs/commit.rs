@@ -19,12 +19,12 @@
 //! not evicted (a clean block whose bytes are still on their way stays readable from the
 //! cache), and in-memory state is dropped only in (C).
 
+use super::cache::Block;
 use super::journal::TxnIo;
 use super::{Inner, JournalMode};
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{bitmap_crc, encode_indirect, DiskInode, XattrBlock};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// What phase (B) of a commit writes, with the engine lock released.
@@ -34,7 +34,7 @@ pub(crate) struct CommitIo {
     /// ordering flush.
     log_batch: Option<(u64, Vec<u8>)>,
     /// File data home: (first block, the buffers of a contiguous run).
-    data: Vec<(u64, Vec<Arc<[u8]>>)>,
+    data: Vec<(u64, Vec<Block>)>,
     /// A flush after the data, before anything that points at it.
     order_flush: bool,
     txn: TxnIo,
@@ -416,7 +416,7 @@ impl Inner {
                 i = j;
                 continue;
             }
-            let bufs: Vec<Arc<[u8]>> = placed[i..j]
+            let bufs: Vec<Block> = placed[i..j]
                 .iter()
                 .filter_map(|(_, idx, _)| node.cache.get(idx).map(|c| c.data.clone()))
                 .collect();

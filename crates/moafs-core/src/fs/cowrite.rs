@@ -194,7 +194,7 @@ impl Inner {
     fn cowrite_batch(&mut self, start: u64, files: &[Candidate]) -> FsResult<()> {
         let blocks: u64 = files.iter().map(|c| c.1).sum();
         {
-            let mut bufs: Vec<std::sync::Arc<[u8]>> = Vec::with_capacity(blocks as usize);
+            let mut bufs: Vec<super::cache::Block> = Vec::with_capacity(blocks as usize);
             for &(ino, nb) in files {
                 let node = &self.inodes[&ino];
                 bufs.extend(node.cache.range(0..nb).map(|(_, c)| c.data.clone()));

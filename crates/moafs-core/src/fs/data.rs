@@ -5,6 +5,7 @@
 //! reported by `write` and never discovered at write-back. Reads of uncached blocks go to the
 //! device in physically contiguous runs, one request per run.
 
+use super::cache::Block;
 use super::cache::{units_changed, units_of, Change, Units};
 use super::node::max_file_blocks;
 use super::{Inner, Timespec};
@@ -112,10 +113,8 @@ impl Inner {
 
     /// A buffer for a block's new contents (unshared; its bytes are stale): a recycled one
     /// (`recycle`) or a new allocation.
-    fn new_block(&mut self) -> Arc<[u8]> {
-        self.spare
-            .pop()
-            .unwrap_or_else(|| Arc::from(vec![0u8; self.bs()]))
+    fn new_block(&mut self) -> Block {
+        self.spare.pop().unwrap_or_else(|| zeroed_block(self.bs()))
     }
 
     /// The block's current contents, changed by `edit`, as a new buffer.
@@ -124,7 +123,7 @@ impl Inner {
         ino: u64,
         idx: u64,
         edit: impl FnOnce(&mut [u8]),
-    ) -> FsResult<Arc<[u8]>> {
+    ) -> FsResult<Block> {
         let mut buf = self.new_block();
         let b = Arc::make_mut(&mut buf); // unshared: no copy
         self.fill_block(ino, idx, b)?;
@@ -139,7 +138,7 @@ impl Inner {
         &mut self,
         ino: u64,
         idx: u64,
-        data: Arc<[u8]>,
+        data: Block,
         reserved: bool,
         change: Change,
     ) -> FsResult<()> {
@@ -296,6 +295,11 @@ impl Inner {
                 }
             }
         }
+        // Recycled buffers count against the bound too: the cache and its spares together
+        // stay within `cache_bytes` (a reader's evictions would otherwise park a quarter of
+        // the cache in spares on top of it).
+        let room = (self.opts.cache_bytes / bs).saturating_sub(self.book.cached()) as usize;
+        self.spare.truncate(room);
     }
 
     /// Drops every clean cached data block (after a commit, every block is clean but the
@@ -501,7 +505,7 @@ impl Inner {
         // One shared zero buffer (cached buffers are never changed in place), and write-back
         // between batches: a large fallocate costs the cache's bookkeeping, not its size in
         // memory.
-        let zero: Arc<[u8]> = Arc::from(vec![0u8; bs as usize]);
+        let zero = zeroed_block(bs as usize);
         for batch in holes.chunks(4096) {
             for &idx in batch {
                 self.put_dirty(ino, idx, zero.clone(), true, Change::Units(Units::MAX))?;
@@ -529,7 +533,7 @@ impl Inner {
         // Zero partial blocks at the edges; whole blocks inside are zeroed as well (holes are
         // zeros either way; freeing them in the middle of a file is future work). Whole blocks
         // share one zero buffer, and write-back runs between batches.
-        let zero: Arc<[u8]> = Arc::from(vec![0u8; bs as usize]);
+        let zero = zeroed_block(bs as usize);
         let mut pos = offset;
         let mut batch = 0;
         while pos < end {
@@ -589,7 +593,7 @@ impl Inner {
         plan: &mut ReadPlan<O>,
     ) -> FsResult<()> {
         let fresh = self.book.removals() == plan.removals && self.inodes.contains_key(&ino);
-        let mut keep: Vec<(u64, u64, Arc<[u8]>, bool)> = Vec::new();
+        let mut keep: Vec<(u64, u64, Block, bool)> = Vec::new();
         if plan.keep_demand && plan.misses.len() == 1 {
             let (idx, phys) = plan.misses[0];
             let mut buf = self.new_block();
@@ -626,10 +630,15 @@ impl Inner {
 /// allocate tens of MiB per commit: freeing them let the allocator return the pages to the
 /// kernel (and this VM's kernel to the host), so that every new buffer was a page fault and a
 /// zeroed page again — up to 40 % of the daemon's time in a 1 GiB write.
-pub(super) fn recycle(spare: &mut Vec<Arc<[u8]>>, max: usize, mut data: Arc<[u8]>) {
+pub(super) fn recycle(spare: &mut Vec<Block>, max: usize, mut data: Block) {
     if spare.len() < max && Arc::get_mut(&mut data).is_some() {
         spare.push(data);
     }
+}
+
+/// A zeroed block buffer.
+pub(crate) fn zeroed_block(n: usize) -> Block {
+    Arc::new(vec![0u8; n])
 }
 
 /// A read in progress: the reply buffer (cached parts filled in) and the blocks still to fetch.
@@ -640,7 +649,7 @@ pub(crate) struct ReadPlan<O> {
     pub misses: Vec<(u64, u64)>,
     /// The readahead's, likewise; after `read_runs`, `bufs[i]` holds block `ahead[i]`.
     pub ahead: Vec<(u64, u64)>,
-    pub bufs: Vec<Arc<[u8]>>,
+    pub bufs: Vec<Block>,
     pub offset: u64,
     pub end: u64,
     /// `CacheBook::removals` when the plan was made.
@@ -679,7 +688,7 @@ pub(crate) fn read_runs<O: AsMut<[u8]>>(
     let (offset, end) = (plan.offset, plan.end);
     let out = plan.out.as_mut();
     while plan.bufs.len() < plan.ahead.len() {
-        plan.bufs.push(Arc::from(vec![0u8; bs as usize]));
+        plan.bufs.push(zeroed_block(bs as usize));
     }
     // Every block to read, in logical order: (logical, physical, index into `ahead` or none).
     let mut all: Vec<(u64, u64, Option<usize>)> = plan

@@ -38,6 +38,7 @@ use crate::device::{BlockDevice, DeviceCounters};
 use crate::error::{FsError, FsResult};
 use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, STATE_MOUNTED};
 use alloc::{Allocator, Group};
+use cache::Block;
 use node::{IndBlock, Inode};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -105,7 +106,7 @@ pub(crate) struct Inner {
     /// Indirect blocks made dirty since the last commit started (may repeat, may be freed).
     pub ind_dirty: Vec<u64>,
     /// File data a commit being planned writes home: (first block, buffers of a contiguous run).
-    pub out_data: Vec<(u64, Vec<Arc<[u8]>>)>,
+    pub out_data: Vec<(u64, Vec<Block>)>,
     /// Commits numbered from 1 on each mount: the newest started, the newest durable. A
     /// commit's own phase (B) runs between the two (`commit_begin`/`commit_end`).
     pub epoch_started: u64,
@@ -119,7 +120,7 @@ pub(crate) struct Inner {
     pub wb_mark: u64,
     /// Buffers of blocks that left the cache, kept for new contents (`data.rs`, `recycle`),
     /// at most `spare_max` (a quarter of the cache bound).
-    pub spare: Vec<Arc<[u8]>>,
+    pub spare: Vec<Block>,
     pub spare_max: usize,
 }
 
@@ -785,6 +786,15 @@ impl Fs {
     /// Later calls do nothing.
     pub fn unmount(&self) -> FsResult<()> {
         let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let g = self.lock();
+            log::info!(
+                "unmount: {} blocks cached ({} dirty), {} spare buffers",
+                g.book.cached(),
+                g.book.dirty(),
+                g.spare.len()
+            );
+        }
         let r = self.lock().unmount();
         self.done.notify_all();
         r
