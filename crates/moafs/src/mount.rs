@@ -18,7 +18,7 @@ pub(crate) struct MountArgs {
     /// readahead_max_kb=N (largest readahead window, default 256), read_ahead_kb=N (the
     /// mount's own readahead in the kernel),
     /// ro, direct, nodirect (O_DIRECT on the image; the default wherever the image's file
-    /// system supports it),
+    /// system supports it, but in tmpfs),
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -43,7 +43,8 @@ pub(crate) struct MountPlan {
     pub(crate) fuse: MountConfig,
     /// O_DIRECT on the image: `direct` / `nodirect`; by default on wherever the image's file
     /// system supports it (the device sees the engine's requests, not the page cache's pages,
-    /// and the image's data is not cached twice), off elsewhere.
+    /// and the image's data is not cached twice), but for a file in tmpfs (whose page cache
+    /// is the storage itself).
     pub(crate) direct: Option<bool>,
     /// `nvm=PATH`: the NVM tier of the byte log, and how its persists are charged.
     pub(crate) nvm: Option<PathBuf>,
@@ -285,10 +286,10 @@ pub(crate) fn serve(
         FileDeviceOptions {
             read_only: plan.engine.read_only,
             // the daemon's block cache is the only cache below the mount's page cache
-            // (docs/DESIGN.md §Reads); buffered where the image's file system refuses O_DIRECT
+            // (docs/DESIGN.md §Reads); buffered in tmpfs and where O_DIRECT is refused
             direct: plan
                 .direct
-                .unwrap_or_else(|| FileDevice::supports_direct(image)),
+                .unwrap_or_else(|| FileDevice::direct_by_default(image)),
             lock: true,
         },
     )?;

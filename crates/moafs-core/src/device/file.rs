@@ -215,6 +215,16 @@ impl FileDevice {
             .is_ok()
     }
 
+    /// Whether O_DIRECT should be the default for `path`: it can be used, and the file is not
+    /// in tmpfs (whose page cache *is* the storage: no second cache to avoid, and direct I/O
+    /// there is the same copy by a longer path).
+    pub fn direct_by_default(path: &Path) -> bool {
+        use nix::sys::statfs::{statfs, TMPFS_MAGIC};
+        let tmpfs = std::fs::metadata(path).is_ok_and(|m| m.is_file())
+            && statfs(path).is_ok_and(|s| s.filesystem_type() == TMPFS_MAGIC);
+        !tmpfs && Self::supports_direct(path)
+    }
+
     /// Creates the regular file `path` or extends it to at least `size_bytes` bytes. Never
     /// shrinks, never truncates, and leaves block devices alone.
     pub fn create(path: &Path, size_bytes: u64) -> DevResult<()> {
