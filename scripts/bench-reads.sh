@@ -1,7 +1,8 @@
 #!/bin/bash
 # Cold reads through each target, counted at the device (issue 18, paper 001).
 #
-# Each target is an image on its own loop device over a /dev/shm file, with the loop device's
+# Each target is an image on its own loop device over a file in $BACKING (default /dev/shm;
+# a directory on a disk for real storage), with the loop device's
 # readahead set to RA_KB (default 0: the file system alone decides what is read). A file of
 # FILE_MB (default 256) MiB is written once; before every measured read the file system is
 # unmounted, the page cache dropped and the file system mounted again (cold caches). Workloads:
@@ -32,7 +33,7 @@ FILE_MB=${FILE_MB:-256}
 RA_KB=${RA_KB:-0}
 OUT=${OUT:-/dev/stdout}
 
-work=$(mktemp -d /dev/shm/bench-reads.XXXXXX)
+work=$(mktemp -d "${BACKING:-/dev/shm}/bench-reads.XXXXXX")
 declare -A LOOP MNT PID
 cleanup() {
   for t in "${!MNT[@]}"; do
