@@ -783,3 +783,23 @@ fn rename_with_whiteout() {
     assert_eq!((w.rdev, w.perm & 0o7777), (0, 0));
     fs.unmount().unwrap();
 }
+
+#[test]
+fn read_follows_tells_a_stream_from_a_random_read() {
+    let dev = new_dev(64 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"f", 0o644, ME).unwrap().ino;
+    fs.write(f, 0, &vec![5u8; 24 << 20]).unwrap();
+    assert_eq!(fs.read(f, 0, 1 << 20).unwrap().len(), 1 << 20);
+    // the next request of the stream, and one a readahead window further on
+    assert_eq!(fs.read_follows(f, 1 << 20), Some(true));
+    assert_eq!(fs.read_follows(f, 3 << 20), Some(true));
+    // a read far from where the last one ended
+    assert_eq!(fs.read_follows(f, 16 << 20), Some(false));
+    fs.read(f, 16 << 20, 256 << 10).unwrap();
+    assert_eq!(fs.read_follows(f, (16 << 20) + (256 << 10)), Some(true));
+    assert_eq!(fs.read_follows(f, 0), Some(false));
+    // an inode not in memory: not known
+    assert_eq!(fs.read_follows(999_999, 0), None);
+    fs.unmount().unwrap();
+}

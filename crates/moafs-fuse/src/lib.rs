@@ -1459,7 +1459,10 @@ pub fn mount_blocking(
     });
     let res = session.run_with_extra(|dispatcher| {
         if let Some((fd, ucfg)) = uring_setup {
-            match uring::start(fd, dispatcher, ucfg, on_fatal.clone()) {
+            let probe_fs = fs.clone();
+            let probe: uring::StreamProbe =
+                Arc::new(move |ino, offset| probe_fs.read_follows(ino, offset));
+            match uring::start(fd, dispatcher, ucfg, Some(probe), on_fatal.clone()) {
                 Ok(workers) => {
                     log::info!("serving FUSE over io_uring ({} queues)", ucfg.queues);
                     // Ready once every request path is set up (the /dev/fuse threads run).

@@ -54,6 +54,7 @@ const HEAD_ROOM: usize = IN_HEADER_SZ + OP_IN_SZ;
 /// `FUSE_READ`, and the offsets of `fuse_read_in.size` and `.flags` (the file's open flags)
 /// in its argument.
 const OP_READ: u32 = 15;
+const READ_OFFSET_AT: usize = IN_OUT_SZ + 8;
 const READ_SIZE_AT: usize = IN_OUT_SZ + 16;
 const READ_FLAGS_AT: usize = IN_OUT_SZ + 32;
 /// `user_data` of the read armed on a server's wake-up eventfd (slots are small indices).
@@ -74,6 +75,11 @@ pub struct UringConfig {
     /// served by the queue's stream helper on another CPU; 0: no helpers (see [`Inbox`]).
     pub stream_min: usize,
 }
+
+/// Tells whether a READ of (inode, offset) continues a sequential stream of the file (`None`:
+/// not known). A large READ that does not — a random read the caller waits for whole — is
+/// served on the caller's CPU, not by the stream helper.
+pub type StreamProbe = Arc<dyn Fn(u64, u64) -> Option<bool> + Send + Sync>;
 
 /// `true` when the kernel's FUSE module allows the io_uring transport.
 pub fn kernel_enabled() -> bool {
@@ -200,6 +206,14 @@ impl Entry {
             && Entry::u32_at(&self.header, 4) == OP_READ
             && Entry::u32_at(&self.header, READ_SIZE_AT) as usize >= min
             && Entry::u32_at(&self.header, READ_FLAGS_AT) & libc::O_DIRECT as u32 == 0
+    }
+
+    /// The request's inode and, for a READ, its offset.
+    fn read_at(&self) -> (u64, u64) {
+        (
+            Entry::u64_at(&self.header, 16),
+            Entry::u64_at(&self.header, READ_OFFSET_AT),
+        )
     }
 
     /// Rebuilds the request in /dev/fuse format in front of the payload; returns its range in
@@ -479,6 +493,8 @@ struct Server<FS: Filesystem> {
     inbox: Arc<Inbox>,
     /// The queue's other thread (queue thread ↔ stream helper); `None`: no helpers.
     peer: Option<Arc<Inbox>>,
+    /// Tells a stream's READs from random ones ([`StreamProbe`]).
+    probe: Option<StreamProbe>,
     /// This thread is the stream helper: it keeps large READs and hands the rest back.
     helper: bool,
     stream_min: usize,
@@ -659,7 +675,14 @@ impl<FS: Filesystem> Server<FS> {
             )));
         };
         if let Some(peer) = &self.peer {
-            if entry.large_read(self.stream_min) != self.helper {
+            let stream = entry.large_read(self.stream_min) && {
+                let (ino, offset) = entry.read_at();
+                self.probe
+                    .as_ref()
+                    .and_then(|p| p(ino, offset))
+                    .unwrap_or(true)
+            };
+            if stream != self.helper {
                 return peer.put(entry);
             }
         }
@@ -790,6 +813,7 @@ struct Plan<FS: Filesystem> {
     peer: Option<Arc<Inbox>>,
     helper: bool,
     stream_min: usize,
+    probe: Option<StreamProbe>,
 }
 
 impl<FS: Filesystem> Plan<FS> {
@@ -824,6 +848,7 @@ impl<FS: Filesystem> Plan<FS> {
             ready: Vec::new(),
             inbox: self.inbox,
             helper: self.helper,
+            probe: self.probe,
             stream_min: if self.peer.is_some() {
                 self.stream_min
             } else {
@@ -852,6 +877,7 @@ pub fn start<FS: Filesystem>(
     dev: OwnedFd,
     dispatcher: Dispatcher<FS>,
     cfg: UringConfig,
+    probe: Option<StreamProbe>,
     on_fatal: OnFatal,
 ) -> io::Result<ExtraWorkers> {
     let dev = Arc::new(dev);
@@ -882,6 +908,7 @@ pub fn start<FS: Filesystem>(
             peer: helper_inbox.clone(),
             helper: false,
             stream_min: cfg.stream_min,
+            probe: probe.clone(),
         };
         let mut plans = vec![(format!("moafs-uring-{qid}"), plan)];
         if let Some(helper_inbox) = helper_inbox {
@@ -898,6 +925,7 @@ pub fn start<FS: Filesystem>(
                 peer: Some(inbox),
                 helper: true,
                 stream_min: cfg.stream_min,
+                probe: probe.clone(),
             };
             plans.push((format!("moafs-stream-{qid}"), plan));
         }

@@ -369,6 +369,7 @@ impl Inner {
                 dst.fill(0); // a hole (the buffer may hold older bytes)
             }
         }
+        self.inodes.get_mut(&ino).expect("loaded above").read_end = end;
         let ahead = self.readahead(ino, first, last, fsize.div_ceil(bs))?;
         self.counters.data_blocks_read += (misses.len() + ahead.len()) as u64;
         self.counters.ra_read += ahead.len() as u64;

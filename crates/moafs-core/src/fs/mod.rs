@@ -30,6 +30,11 @@ mod node;
 mod ops;
 mod readahead;
 pub use readahead::{Readahead, ReadaheadPolicy};
+
+/// How near the end of a file's last read a read must start to continue it
+/// ([`Fs::read_follows`]): the kernel keeps up to two readahead requests of 1 MiB in flight
+/// per stream, and they may be served out of order.
+pub const FOLLOWS_BYTES: u64 = 4 << 20;
 mod types;
 
 pub use types::*;
@@ -579,6 +584,16 @@ impl Fs {
             node.opens = node.opens.saturating_sub(1);
         }
         g.maybe_reap(ino)
+    }
+    /// Whether a read at `offset` of `ino` would continue the file's last read (it starts
+    /// within [`FOLLOWS_BYTES`] of where that one ended): a sequential stream, such as the
+    /// kernel's readahead of it. `None` when the engine is busy (this never waits for the
+    /// engine lock) or the inode is not in memory. The FUSE transport serves a stream's reads
+    /// on another CPU and everything else on the caller's.
+    pub fn read_follows(&self, ino: Ino, offset: u64) -> Option<bool> {
+        let g = self.inner.try_lock().ok()?;
+        let end = g.inodes.get(&ino)?.read_end;
+        Some(offset.abs_diff(end) <= FOLLOWS_BYTES)
     }
     /// Reads; the device I/O happens outside the engine lock, so reads run in parallel.
     pub fn read(&self, ino: Ino, offset: u64, size: u32) -> FsResult<Vec<u8>> {

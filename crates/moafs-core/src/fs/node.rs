@@ -16,6 +16,8 @@ pub(crate) struct Inode {
     pub cache: BlockCache,
     /// Readahead state of the file's readers.
     pub ra: super::readahead::Stream,
+    /// Where the last read of the file ended (bytes): `Fs::read_follows`.
+    pub read_end: u64,
     pub dir: Option<Dir>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Continuation blocks of the xattr set on disk (known once `xattrs` is loaded).
@@ -47,6 +49,7 @@ impl Inode {
             opens: 0,
             cache: BlockCache::default(),
             ra: Default::default(),
+            read_end: 0,
             dir: None,
             meta_reserved: false,
             parent_hint: 0,
