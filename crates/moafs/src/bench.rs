@@ -339,6 +339,27 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// moafs's reads and readahead (paper 001), means over the runs that report engine counters:
+/// bytes asked of it, file data blocks it read from the device, and its readahead's blocks.
+fn reads_line(runs: &[moafs_bench::Run]) -> Option<String> {
+    let counter = |e: &serde_json::Value, k: &str| e[k].as_u64().unwrap_or(0) as f64;
+    let engines: Vec<&serde_json::Value> = runs.iter().filter_map(|r| r.engine.as_ref()).collect();
+    let n = engines.len() as f64;
+    let mean = |k: &str| engines.iter().map(|e| counter(e, k)).sum::<f64>() / n;
+    if engines.is_empty() || mean("read_requests") == 0.0 {
+        return None;
+    }
+    Some(format!(
+        "  reads (moafs, mean per run): {:.1} MiB asked in {:.0} requests, {:.0} data blocks \
+         from the device, readahead {:.0} blocks ({:.0} unused)",
+        mean("read_bytes") / (1 << 20) as f64,
+        mean("read_requests"),
+        mean("data_blocks_read"),
+        mean("ra_read"),
+        mean("ra_read") - mean("ra_used"),
+    ))
+}
+
 pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
     for rep in reports {
         let t = &rep.rate;
@@ -372,6 +393,9 @@ pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
                 m.low(),
                 m.high()
             );
+        }
+        if let Some(line) = reads_line(&rep.runs) {
+            say!("{line}");
         }
         if let Some(c) = &rep.cpu_us_per_op {
             say!(
