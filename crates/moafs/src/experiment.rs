@@ -72,23 +72,16 @@ pub(crate) fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
     if !(0.0..=1.0).contains(&a.layout) {
         return Err("--layout: a score in 0..1".into());
     }
-    if !(a.scale > 0.0 && a.scale <= 10.0) {
-        return Err("--scale: in (0, 10]".into());
-    }
     let d = ExpConfig::default();
-    let scale = |n: usize| ((n as f64 * a.scale).round() as usize).max(1);
     let cfg = ExpConfig {
         size,
         utilisations,
         layout: a.layout,
-        per_dir: scale(d.per_dir),
+        per_dir: scaled(a, d.per_dir)?,
         // Large files: an eighth of the image at the paper's 4 GiB, scaled with the image.
         large_size: (d.large_size as f64 * size as f64 / (4u64 << 30) as f64) as u64 & !0xfffff,
         postmark_scale: a.scale,
-        tests: match &a.tests {
-            Some(t) => t.split(',').map(|s| s.trim().to_string()).collect(),
-            None => d.tests.clone(),
-        },
+        tests: tests_of(a, &d.tests, cowrite_exp::TESTS)?,
         seed: a.seed,
         ..d
     };
@@ -98,6 +91,29 @@ pub(crate) fn cmd_experiment(a: &ExperimentArgs) -> Result<(), String> {
         cowrite_exp::table,
         cowrite_exp::plots,
     )
+}
+
+/// `--tests` (comma-separated, each one of `known`), or `default`.
+fn tests_of(a: &ExperimentArgs, default: &[String], known: &[&str]) -> Result<Vec<String>, String> {
+    let tests: Vec<String> = match &a.tests {
+        Some(t) => t.split(',').map(|s| s.trim().to_string()).collect(),
+        None => default.to_vec(),
+    };
+    match tests.iter().find(|t| !known.contains(&t.as_str())) {
+        Some(t) => Err(format!(
+            "--tests: unknown test {t:?}; there are: {}",
+            known.join(", ")
+        )),
+        None => Ok(tests),
+    }
+}
+
+/// `n` multiplied by `--scale` (in (0, 10]), at least 1.
+fn scaled(a: &ExperimentArgs, n: usize) -> Result<usize, String> {
+    if !(a.scale > 0.0 && a.scale <= 10.0) {
+        return Err("--scale: in (0, 10]".into());
+    }
+    Ok(((n as f64 * a.scale).round() as usize).max(1))
 }
 
 /// An experiment's plots: (file name, SVG) each.
@@ -141,21 +157,9 @@ fn cmd_readahead(a: &ExperimentArgs) -> Result<(), String> {
     if a.size.is_some() || a.utilisation.is_some() {
         return Err("readahead takes no --size or --utilisation (32 files of 16 MiB)".into());
     }
-    if !(a.scale > 0.0 && a.scale <= 10.0) {
-        return Err("--scale: in (0, 10]".into());
-    }
-    let tests: Vec<String> = match &a.tests {
-        Some(t) => t.split(',').map(|s| s.trim().to_string()).collect(),
-        None => d.tests.clone(),
-    };
-    if let Some(t) = tests.iter().find(|t| !TESTS.contains(&t.as_str())) {
-        return Err(format!(
-            "--tests: unknown {t:?}; there are: {}",
-            TESTS.join(", ")
-        ));
-    }
+    let tests = tests_of(a, &d.tests, TESTS)?;
     let cfg = ReadaheadExpConfig {
-        requests: ((d.requests as f64 * a.scale).round() as usize).max(1),
+        requests: scaled(a, d.requests)?,
         tests,
         seed: a.seed,
         ..d
@@ -188,23 +192,11 @@ fn cmd_bytelog(a: &ExperimentArgs) -> Result<(), String> {
             }
         },
     };
-    if !(a.scale > 0.0 && a.scale <= 10.0) {
-        return Err("--scale: in (0, 10]".into());
-    }
-    let workloads: Vec<String> = match &a.tests {
-        Some(t) => t.split(',').map(|s| s.trim().to_string()).collect(),
-        None => d.workloads.clone(),
-    };
-    if let Some(w) = workloads.iter().find(|w| !WORKLOADS.contains(&w.as_str())) {
-        return Err(format!(
-            "--tests: unknown {w:?}; there are: {}",
-            WORKLOADS.join(", ")
-        ));
-    }
+    let workloads = tests_of(a, &d.workloads, WORKLOADS)?;
     let cfg = BytelogExpConfig {
         size,
         utilisation,
-        ops: ((d.ops as f64 * a.scale).round() as usize).max(1),
+        ops: scaled(a, d.ops)?,
         workloads,
         seed: a.seed,
     };

@@ -108,6 +108,13 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
         let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=SIZE)"))?;
         moafs_core::parse_size(v).map_err(|e| format!("mount option {k}: {e}"))
     };
+    let on_off = |k: &str, v: Option<&str>| -> Result<bool, String> {
+        match v {
+            Some("on") => Ok(true),
+            Some("off") => Ok(false),
+            _ => Err(format!("{k}= takes on or off, not {v:?}")),
+        }
+    };
     let path = |k: &str, v: Option<&str>| -> Result<PathBuf, String> {
         match v {
             Some(v) if !v.is_empty() => Ok(PathBuf::from(v)),
@@ -127,27 +134,9 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             "cache_size" => p.engine.cache_bytes = size(k, v)?,
             "dirty_max" => p.engine.dirty_bytes_max = size(k, v)?,
             "write_behind" => p.engine.write_behind_bytes = size(k, v)?,
-            "cowrite" => {
-                p.engine.cowrite = match v {
-                    Some("on") => true,
-                    Some("off") => false,
-                    _ => return Err(format!("cowrite= takes on or off, not {v:?}")),
-                }
-            }
-            "bytelog" => {
-                p.engine.bytelog = match v {
-                    Some("on") => true,
-                    Some("off") => false,
-                    _ => return Err(format!("bytelog= takes on or off, not {v:?}")),
-                }
-            }
-            "bytelog_writeback" => {
-                p.engine.bytelog_writeback = match v {
-                    Some("on") => true,
-                    Some("off") => false,
-                    _ => return Err(format!("bytelog_writeback= takes on or off, not {v:?}")),
-                }
-            }
+            "cowrite" => p.engine.cowrite = on_off(k, v)?,
+            "bytelog" => p.engine.bytelog = on_off(k, v)?,
+            "bytelog_writeback" => p.engine.bytelog_writeback = on_off(k, v)?,
             "readahead" => {
                 p.engine.readahead = v
                     .ok_or("readahead= takes sizeaware, linux or off")?

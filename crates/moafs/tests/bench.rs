@@ -720,6 +720,12 @@ fn cowrite_experiment_refuses_bad_input() {
         ),
         (vec!["experiment", "bytelog", "--size", "64M"], "--size"),
         (vec!["experiment", "bytelog", "--tests", "x"], "unknown"),
+        (
+            vec!["experiment", "readahead", "--tests", "x"],
+            "unknown test",
+        ),
+        (vec!["experiment", "readahead", "--scale", "0"], "--scale"),
+        (vec!["experiment", "readahead", "--size", "1G"], "no --size"),
     ] {
         let out = Command::new(BIN).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -205,12 +205,25 @@ impl Stream {
         self.serial += 1;
     }
 
-    /// Folds the ended run into the average; the next window is half of the smaller of it
-    /// and the current next window.
-    fn miss(&mut self) {
+    /// Block `b` misses the current stream but continues the previous one: they swap (the
+    /// previous window, `sizeaware`).
+    fn swap_if_previous(&mut self, b: u64) {
+        if !self.w.follows(b) && self.prev != Windows::default() && self.prev.follows(b) {
+            std::mem::swap(&mut self.w, &mut self.prev);
+        }
+    }
+
+    /// Folds the run so far into the running average (2.6.7: when it exceeds it).
+    fn fold_run(&mut self) {
         if self.serial > self.average {
             self.average = (self.serial + self.average).div_ceil(2);
         }
+    }
+
+    /// Folds the ended run into the average; the next window is half of the smaller of it
+    /// and the current next window.
+    fn miss(&mut self) {
+        self.fold_run();
         self.next = self.next.min(self.average) / 2;
         self.serial = 1;
     }
@@ -240,12 +253,8 @@ impl Stream {
             out.push(self.w.cur.range());
             return;
         }
-        if !self.w.follows(b)
-            && ra.policy == ReadaheadPolicy::SizeAware
-            && self.prev.follows(b)
-            && self.prev != Windows::default()
-        {
-            std::mem::swap(&mut self.w, &mut self.prev);
+        if ra.policy == ReadaheadPolicy::SizeAware {
+            self.swap_if_previous(b);
         }
         if self.w.ahead.contains(b) {
             // into the readahead window: it becomes current (2.6.7: the next access in it
@@ -286,9 +295,7 @@ impl Stream {
     fn large(&mut self, ra: &Readahead, first: u64, n: u64, out: &mut Vec<Range<u64>>) {
         let end = first + n;
         let continues = self.started && {
-            if !self.w.follows(first) && self.prev.follows(first) {
-                std::mem::swap(&mut self.w, &mut self.prev);
-            }
+            self.swap_if_previous(first);
             self.w.follows(first)
         };
         self.last = Some(end - 1);
@@ -300,9 +307,7 @@ impl Stream {
             // a sequential reader: fetch the next window, at the average, when the request
             // reaches the one fetched before (or there is none)
             self.serial += n;
-            if self.serial > self.average {
-                self.average = (self.serial + self.average).div_ceil(2);
-            }
+            self.fold_run();
             self.next = self.average.min(ra.max);
             if n >= ra.max {
                 // a request as large as the largest window is its own readahead: fetching a
@@ -323,9 +328,7 @@ impl Stream {
         } else {
             // exactly the request; the next window is armed at the average, fetched only if
             // the next request continues this one
-            if self.serial > self.average {
-                self.average = (self.serial + self.average).div_ceil(2);
-            }
+            self.fold_run();
             self.serial = n;
             self.next = self.average.min(ra.max);
             self.prev = self.w;
