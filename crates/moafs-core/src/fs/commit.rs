@@ -238,7 +238,7 @@ impl Inner {
             // Like ext4's auto_da_alloc: replacing a file by rename orders the data anyway;
             // so does co-writing when it moved overwritten data.
             JournalMode::Writeback => self.replaced_by_rename || self.order_data_once,
-            // Data past the transaction's share is written in place: ordered, as above.
+            // New blocks past the transaction's share are written home first: ordered.
             JournalMode::Data => true,
         };
         self.replaced_by_rename = false;
@@ -405,7 +405,13 @@ impl Inner {
             // (`bytelog.rs` keeps them within a share of the journal of their own); runs
             // hold blocks of one kind. Kind 1 goes home before the transaction, which the
             // commit's ordering flush makes durable first.
-            if journaled && (logged(i) == 2 || self.txn_data_budget >= (j - i) as u64) {
+            // With `journal=data` an overwrite is journaled whatever the share: in place, a
+            // crash could show its new bytes under the old size and times (the writers'
+            // throttle, `over_dirty_max`, keeps such commits within the share). New blocks
+            // past the share go home before the transaction: nothing points at them until
+            // it is durable.
+            let must = logged(i) == 2 || (self.opts.journal == JournalMode::Data && placed[i].2);
+            if journaled && (must || self.txn_data_budget >= (j - i) as u64) {
                 self.txn_data_budget = self.txn_data_budget.saturating_sub((j - i) as u64);
                 for (phys, idx, _) in &placed[i..j] {
                     if let Some(c) = node.cache.get(idx) {

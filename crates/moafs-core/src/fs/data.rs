@@ -8,7 +8,7 @@
 use super::cache::Block;
 use super::cache::{units_changed, units_of, Change, Units};
 use super::node::max_file_blocks;
-use super::{Inner, Timespec};
+use super::{Inner, JournalMode, Timespec};
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use std::sync::Arc;
@@ -273,9 +273,18 @@ impl Inner {
         self.after_dirtying()
     }
 
-    /// More dirty data than `dirty_bytes_max`: the writer waits for a commit.
+    /// More dirty data than `dirty_bytes_max` — or, with `journal=data`, than the
+    /// transaction's data share of the journal (a quarter), which every overwrite must fit
+    /// in (`write_runs`): the writer waits for a commit.
     pub(crate) fn over_dirty_max(&self) -> bool {
-        self.book.dirty() * self.bs() as u64 > self.opts.dirty_bytes_max
+        let dirty = self.book.dirty();
+        if dirty * self.bs() as u64 > self.opts.dirty_bytes_max {
+            return true;
+        }
+        match (&self.journal, self.opts.journal) {
+            (Some(j), JournalMode::Data) => dirty > j.len / 4,
+            _ => false,
+        }
     }
 
     /// Drops the least recently used clean blocks until the cache is at 3/4 of its bound.
