@@ -393,7 +393,11 @@ impl Inner {
             {
                 j += 1;
             }
+            // A symbolic link's target (its data, one block at most) is metadata: journaled
+            // in every mode (in place, `writeback` could show a link to stale bytes).
+            let symlink = node.kind_mode() == libc::S_IFLNK;
             let journaled = match (self.opts.journal, logged(i)) {
+                _ if symlink => true,
                 // (the byte log is not used with journal=writeback)
                 (_, 1) => false,
                 (_, 2) => true,
@@ -410,7 +414,9 @@ impl Inner {
             // throttle, `over_dirty_max`, keeps such commits within the share). New blocks
             // past the share go home before the transaction: nothing points at them until
             // it is durable.
-            let must = logged(i) == 2 || (self.opts.journal == JournalMode::Data && placed[i].2);
+            let must = logged(i) == 2
+                || symlink
+                || (self.opts.journal == JournalMode::Data && placed[i].2);
             if journaled && (must || self.txn_data_budget >= (j - i) as u64) {
                 self.txn_data_budget = self.txn_data_budget.saturating_sub((j - i) as u64);
                 for (phys, idx, _) in &placed[i..j] {
