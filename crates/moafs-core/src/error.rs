@@ -50,6 +50,10 @@ pub enum FsError {
     NotSupported,
     #[error("read-only file system")]
     ReadOnly,
+    /// An fsync after a device error failed a write-back: what it was to make durable may
+    /// be lost (the file system turned read-only).
+    #[error("I/O error: an earlier device error made the file system read-only; changes not yet durable were lost")]
+    Failed,
     #[error("stale file handle (inode {ino})")]
     Stale { ino: u64 },
     /// Inside the engine: an operation needs a commit (to release pending frees) while
@@ -82,6 +86,7 @@ impl FsError {
             FsError::Access => libc::EACCES,
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::ReadOnly => libc::EROFS,
+            FsError::Failed => libc::EIO,
             FsError::Stale { .. } => libc::ESTALE,
             FsError::CommitBusy => libc::ENOSPC,
         }

@@ -21,6 +21,10 @@
 //! * `fail_after_writes` models the moment of the cut during a live run: after that many write
 //!   requests every request fails with [`DeviceError::Injected`], so the engine stops where it
 //!   stood; `read_error_at`/`write_error_at` inject a failure for any request touching a byte.
+//! * Faults can also be switched on while the device is in use, by byte range
+//!   ([`FaultDevice::fail_reads`], [`FaultDevice::fail_writes`]: a medium error on some
+//!   blocks) and for flushes ([`FaultDevice::fail_flushes`]: a flush that fails while writes
+//!   succeed; its writes stay volatile, so a power cut may still drop them).
 //! * `discard` is counted but never changes contents (the trait allows a no-op), so crash
 //!   images do not depend on when hints were given.
 //! * Everything runs under one mutex: this is a test device, and a single lock makes reads,
@@ -69,6 +73,16 @@ struct State {
     writes_total: u64,
     flushes_total: u64,
     powered_off: bool,
+    /// Byte ranges (offset, len) whose reads or writes fail.
+    bad_reads: Vec<(u64, u64)>,
+    bad_writes: Vec<(u64, u64)>,
+    fail_flushes: bool,
+}
+
+fn in_ranges(ranges: &[(u64, u64)], offset: u64, len: u64) -> bool {
+    ranges
+        .iter()
+        .any(|&(o, l)| offset < o + l && o < offset + len.max(1))
 }
 
 /// A device that keeps unflushed writes volatile and can simulate power cuts.
@@ -114,6 +128,9 @@ impl FaultDevice {
                 writes_total: 0,
                 flushes_total: 0,
                 powered_off: false,
+                bad_reads: Vec::new(),
+                bad_writes: Vec::new(),
+                fail_flushes: false,
             }),
             stats: DeviceStats::default(),
         }
@@ -137,6 +154,30 @@ impl FaultDevice {
             return Err(DeviceError::Injected { offset });
         }
         Ok(())
+    }
+
+    /// From now on, every read touching bytes `offset..offset + len` fails (a medium error).
+    pub fn fail_reads(&self, offset: u64, len: u64) {
+        self.lock().bad_reads.push((offset, len));
+    }
+
+    /// From now on, every write touching bytes `offset..offset + len` fails.
+    pub fn fail_writes(&self, offset: u64, len: u64) {
+        self.lock().bad_writes.push((offset, len));
+    }
+
+    /// From now on (`on`), every flush fails without making anything durable, while reads
+    /// and writes succeed.
+    pub fn fail_flushes(&self, on: bool) {
+        self.lock().fail_flushes = on;
+    }
+
+    /// Ends every fault switched on by `fail_reads`, `fail_writes` and `fail_flushes`.
+    pub fn heal(&self) {
+        let mut st = self.lock();
+        st.bad_reads.clear();
+        st.bad_writes.clear();
+        st.fail_flushes = false;
     }
 
     /// Number of writes issued since the last flush (and so not yet durable).
@@ -227,6 +268,9 @@ impl BlockDevice for FaultDevice {
                 offset: self.config.read_error_at.unwrap_or(offset),
             });
         }
+        if in_ranges(&st.bad_reads, offset, len) {
+            return Err(DeviceError::Injected { offset });
+        }
         self.inner.read_at(offset, buf)?;
         for (w_off, data) in &st.pending {
             overlay(offset, buf, *w_off, data);
@@ -249,6 +293,9 @@ impl BlockDevice for FaultDevice {
                 offset: self.config.write_error_at.unwrap_or(offset),
             });
         }
+        if in_ranges(&st.bad_writes, offset, len) {
+            return Err(DeviceError::Injected { offset });
+        }
         st.pending.push((offset, bufs.concat()));
         st.writes_total += 1;
         self.stats.count_write(len);
@@ -258,6 +305,9 @@ impl BlockDevice for FaultDevice {
     fn flush(&self) -> DevResult<()> {
         let mut st = self.lock();
         self.check_power(&st, 0)?;
+        if st.fail_flushes {
+            return Err(DeviceError::Injected { offset: 0 });
+        }
         for i in 0..st.pending.len() {
             let (offset, data) = &st.pending[i];
             if let Err(e) = self.inner.write_at(*offset, data) {

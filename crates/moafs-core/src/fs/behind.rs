@@ -199,8 +199,9 @@ impl Fs {
         let r = match written {
             Ok(()) => g.finish_write_behind(runs),
             Err(e) => {
-                g.failed = true;
-                Err(e.into())
+                let e = crate::error::FsError::from(e);
+                g.fail("write-behind", &e);
+                Err(e)
             }
         };
         drop(g);

@@ -645,7 +645,7 @@ impl Fs {
             Ok(x) => x,
             Err(e) => {
                 // a read of a home block failed, or the image is bad: nothing more is written
-                g.failed = true;
+                g.fail("planning a byte-log batch", &e);
                 let all: Vec<(u64, bool)> = reqs.iter().map(|r| (r.0, false)).collect();
                 settle(&mut g, &all);
                 return Err(e);
@@ -681,10 +681,11 @@ impl Fs {
             }
             Err(e) => {
                 // the others fall back to a commit, which refuses: the file system failed
-                g.failed = true;
+                let e = FsError::from(e);
+                g.fail("writing a byte-log batch", &e);
                 let all: Vec<(u64, bool)> = reqs.iter().map(|r| (r.0, false)).collect();
                 settle(&mut g, &all);
-                Err(e.into())
+                Err(e)
             }
         };
         drop(g);

@@ -117,18 +117,31 @@ impl Inner {
             return Err(FsError::CommitBusy);
         }
         let r = self.commit_plan();
-        if r.is_err() {
-            self.failed = true;
+        if let Err(e) = &r {
+            self.fail("planning a commit", e);
             self.out_data.clear();
         }
         r
+    }
+
+    /// A write-back failed (`during` says which): from now on the file system refuses
+    /// changes and every fsync fails (nothing more is written that could contradict what is
+    /// on disk; what was not durable is lost). Said once in the log.
+    pub(crate) fn fail(&mut self, during: &str, e: &FsError) {
+        if !self.failed {
+            log::error!(
+                "{during}: {e}; the file system is read-only until it is remounted, changes \
+                 since the last durable commit are not on the device and every fsync fails"
+            );
+        }
+        self.failed = true;
     }
 
     /// Phase (C): `result` is what (B) returned.
     pub(crate) fn commit_end(&mut self, epoch: u64, result: FsResult<()>) -> FsResult<()> {
         self.committing = false;
         if let Err(e) = result {
-            self.failed = true;
+            self.fail(&format!("commit {epoch}"), &e);
             return Err(e);
         }
         self.counters.commits += 1;

@@ -372,7 +372,8 @@ impl Fs {
                     return Ok(());
                 }
                 if g.failed {
-                    return Err(FsError::ReadOnly);
+                    // not durable, and never will be: every fsync says so
+                    return Err(FsError::Failed);
                 }
                 if !g.committing {
                     break;
