@@ -14,5 +14,7 @@ scripts/posix-tests.sh
 echo "== xfstests: the CI subset on real mounts (./run xfstests runs the quick group)"
 scripts/xfstests.sh --ci > /tmp/moafs-xfstests.log 2>&1 || { tail -n 60 /tmp/moafs-xfstests.log; exit 1; }
 grep -E '^(xfstests|failed)' /tmp/moafs-xfstests.log
+echo "== fsstress: 8 processes on real mounts, /dev/fuse and io_uring (NOPS=100000 for the long run)"
+scripts/fsstress.sh
 echo "== fuzz targets (bounded time)"
 scripts/fuzz.sh

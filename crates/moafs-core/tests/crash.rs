@@ -31,8 +31,11 @@ const IMAGE: u64 = 2 << 20;
 const BS: usize = 4096;
 const SECTOR: usize = 512;
 
+/// Contents, shared between the many states that hold the same version.
+type Bytes = Arc<Vec<u8>>;
+
 /// path → (inode, contents)
-type Tree = BTreeMap<String, (u64, Vec<u8>)>;
+type Tree = BTreeMap<String, (u64, Bytes)>;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -72,8 +75,8 @@ enum Op {
 #[derive(Clone, Default)]
 struct Model {
     names: BTreeMap<String, u64>,
-    data: HashMap<u64, Vec<u8>>,
-    xattrs: HashMap<u64, Vec<u8>>,
+    data: HashMap<u64, Bytes>,
+    xattrs: HashMap<u64, Bytes>,
     /// Inode of the empty directory at the root when it exists, and its name (`e` or `f`).
     dir_e: Option<u64>,
     dir_f: bool,
@@ -105,7 +108,7 @@ impl Model {
             }
         }
         if let Some(e) = self.dir_e {
-            t.insert(self.dir_name().to_string() + "/", (e, Vec::new()));
+            t.insert(self.dir_name().to_string() + "/", (e, Bytes::default()));
         }
         t
     }
@@ -136,9 +139,9 @@ struct Window {
     states: Vec<Tree>,
     /// inode → (index of the state its last served fsync returned in, its contents then):
     /// states before that index show these contents for it.
-    pins: HashMap<u64, (usize, Vec<u8>)>,
+    pins: HashMap<u64, (usize, Bytes)>,
     /// An fsync in progress: (inode, contents) — its batch may or may not have landed.
-    pending: Option<(u64, Vec<u8>)>,
+    pending: Option<(u64, Bytes)>,
 }
 
 impl Window {
@@ -148,7 +151,7 @@ impl Window {
         let mut out = Vec::new();
         let n = self.states.len();
         for (i, t) in self.states.iter().enumerate() {
-            let mut pins: Vec<(u64, &Vec<u8>)> = self
+            let mut pins: Vec<(u64, &Bytes)> = self
                 .pins
                 .iter()
                 .filter(|(_, (at, _))| *at > i)
@@ -168,7 +171,7 @@ impl Window {
 }
 
 /// `t` with the contents of the files `pins` names replaced.
-fn pinned(t: &Tree, pins: &[(u64, &Vec<u8>)]) -> Tree {
+fn pinned(t: &Tree, pins: &[(u64, &Bytes)]) -> Tree {
     let mut t = t.clone();
     for (path, (ino, data)) in t.iter_mut() {
         if path.ends_with("@x") || path.ends_with("@l") || path.ends_with('/') {
@@ -203,7 +206,7 @@ fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
             let (dir, n) = parent_of(p, d);
             let a = fs.create(dir, n.as_bytes(), 0o644, who).expect("create");
             m.names.insert(p.clone(), a.ino);
-            m.data.insert(a.ino, Vec::new());
+            m.data.insert(a.ino, Bytes::default());
             return;
         }
         Op::Mkdir => {
@@ -217,7 +220,7 @@ fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
                 .symlink(dir, name.as_bytes(), &vec![*b; *n], who)
                 .expect("symlink");
             m.names.insert(p.clone(), a.ino);
-            m.data.insert(a.ino, vec![*b; *n]);
+            m.data.insert(a.ino, Arc::new(vec![*b; *n]));
             m.symlinks.insert(a.ino);
             return;
         }
@@ -619,6 +622,50 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                 .flatten()
                 .collect()
         }
+        // A sparse file whose blocks sit behind the double-indirect pointer (past 12 direct
+        // and 1,024 single-indirect blocks), written, truncated within and below that range
+        // (freeing the indirect tree) and written again, with fsyncs, syncs and a small
+        // file beside it.
+        "big" => {
+            const DI: usize = (12 + 1024) * BS;
+            if !m.names.contains_key("big") {
+                return vec![
+                    Op::Create("big".into()),
+                    Op::Write("big".into(), DI + rng.gen_range(0..8 * BS), BS, rng.gen()),
+                    Op::Create("d/b".into()),
+                ];
+            }
+            let len = m.data[&m.names["big"]].len();
+            let f = "big".to_string();
+            match rng.gen_range(0..16) {
+                0..=5 => {
+                    let off = DI + rng.gen_range(0..16 * BS);
+                    vec![Op::Write(f, off, rng.gen_range(1..3 * BS), rng.gen())]
+                }
+                6 => vec![Op::Write(
+                    f,
+                    rng.gen_range(0..20 * BS),
+                    rng.gen_range(1..BS),
+                    rng.gen(),
+                )],
+                7 if len > DI => vec![Op::Truncate(f, rng.gen_range(DI..len))],
+                7 | 8 => vec![Op::Truncate(f, rng.gen_range(0..DI))],
+                9 | 10 => vec![Op::Fsync(f)],
+                11 => vec![Op::Sync],
+                12 => vec![Op::Write(
+                    "d/b".into(),
+                    0,
+                    rng.gen_range(1..2 * BS),
+                    rng.gen(),
+                )],
+                13 => vec![Op::Fsync("d/b".into())],
+                _ => vec![Op::Punch(
+                    f,
+                    DI + rng.gen_range(0..8 * BS),
+                    rng.gen_range(1..4 * BS),
+                )],
+            }
+        }
         _ => unreachable!("unknown workload"),
     }
 }
@@ -705,21 +752,21 @@ fn walk(fs: &Fs) -> Tree {
             let a = fs.getattr(e.ino).expect("getattr");
             if a.kind == moafs_core::fs::FileKind::Symlink {
                 let target = fs.readlink(e.ino).expect("readlink");
-                out.insert(format!("{path}@l"), (e.ino, target));
+                out.insert(format!("{path}@l"), (e.ino, target.into()));
                 continue;
             }
             if a.kind == moafs_core::fs::FileKind::Directory {
                 if path != "d" {
-                    out.insert(format!("{path}/"), (e.ino, Vec::new()));
+                    out.insert(format!("{path}/"), (e.ino, Bytes::default()));
                 }
                 stack.push((e.ino, format!("{path}/")));
             } else {
                 let data = fs.read(e.ino, 0, a.size as u32).expect("read");
                 assert_eq!(data.len() as u64, a.size, "{path}: short read");
                 if let Ok(x) = fs.getxattr(e.ino, b"user.x") {
-                    out.insert(format!("{path}@x"), (e.ino, x));
+                    out.insert(format!("{path}@x"), (e.ino, x.into()));
                 }
-                out.insert(path, (e.ino, data));
+                out.insert(path, (e.ino, data.into()));
             }
         }
     }
@@ -770,7 +817,7 @@ fn matches(
         let version = |d: &Vec<u8>| {
             window.iter().any(|t| {
                 t.iter()
-                    .any(|(p, (i, v))| i == gi && !p.ends_with("@x") && v == d)
+                    .any(|(p, (i, v))| i == gi && !p.ends_with("@x") && **v == *d)
             })
         };
         if whole && mode != JournalMode::Writeback && gd != wd && !version(gd) {
@@ -911,7 +958,7 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, tier: Option<Vec<u8>>, win: &Window, w
                     .zip(w)
                     .find(|(g, w)| g != w)
                     .map(|((p, (i, d)), (_, (j, e)))| {
-                        let at = d.iter().zip(e).position(|(x, y)| x != y);
+                        let at = d.iter().zip(e.iter()).position(|(x, y)| x != y);
                         format!(
                             "{p}: ino {i} vs {j}, {} vs {} bytes, first differing byte {at:?}",
                             d.len(),
@@ -1130,16 +1177,18 @@ fn model_only(m: &mut Model, op: &Op) {
             // the real operation has run (a crash in the middle of a create shows the
             // state before it, or after it once the model has the number).
             m.names.insert(p.clone(), u64::MAX);
-            m.data.insert(u64::MAX, Vec::new());
+            m.data.insert(u64::MAX, Bytes::default());
         }
         Op::Write(p, off, len, b) => {
-            let v = m.data.get_mut(&m.names[p]).expect("file");
+            let v = Arc::make_mut(m.data.get_mut(&m.names[p]).expect("file"));
             if v.len() < off + len {
                 v.resize(off + len, 0);
             }
             v[*off..off + len].fill(*b);
         }
-        Op::Truncate(p, size) => m.data.get_mut(&m.names[p]).expect("file").resize(*size, 0),
+        Op::Truncate(p, size) => {
+            Arc::make_mut(m.data.get_mut(&m.names[p]).expect("file")).resize(*size, 0)
+        }
         Op::Fsync(_) | Op::Sync | Op::WriteBehind => {}
         Op::Unlink(p) => {
             let ino = m.names.remove(p).expect("named");
@@ -1171,11 +1220,11 @@ fn model_only(m: &mut Model, op: &Op) {
         Op::Rmdir => m.dir_e = None,
         Op::SetXattr(p, v, n) => {
             let ino = m.names[p];
-            m.xattrs.insert(ino, vec![*v; *n]);
+            m.xattrs.insert(ino, Arc::new(vec![*v; *n]));
         }
         Op::Symlink(p, n, b) => {
             m.names.insert(p.clone(), u64::MAX);
-            m.data.insert(u64::MAX, vec![*b; *n]);
+            m.data.insert(u64::MAX, Arc::new(vec![*b; *n]));
             m.symlinks.insert(u64::MAX);
         }
         Op::RemoveXattr(p) => {
@@ -1183,13 +1232,13 @@ fn model_only(m: &mut Model, op: &Op) {
             m.xattrs.remove(&ino);
         }
         Op::Falloc(p, off, len) => {
-            let v = m.data.get_mut(&m.names[p]).expect("file");
+            let v = Arc::make_mut(m.data.get_mut(&m.names[p]).expect("file"));
             if v.len() < off + len {
                 v.resize(off + len, 0);
             }
         }
         Op::Punch(p, off, len) => {
-            let v = m.data.get_mut(&m.names[p]).expect("file");
+            let v = Arc::make_mut(m.data.get_mut(&m.names[p]).expect("file"));
             let end = (off + len).min(v.len());
             if *off < end {
                 v[*off..end].fill(0);
@@ -1326,6 +1375,130 @@ fn crash_crashmonkey_ops() {
 }
 
 #[test]
+fn crash_double_indirect_files() {
+    run_all("big", 30);
+}
+
+#[test]
 fn crash_write_behind() {
     run_all("behind", 40);
+}
+
+/// A crash during recovery: images left by the random mix with transactions (and byte-log
+/// records) still to replay are mounted again and again, the power cut after every write
+/// request of the mount (its replay, orphan scan and first commit) in four ways; each of
+/// those images must recover to exactly the tree the uninterrupted recovery shows, fsck
+/// clean.
+#[test]
+fn crash_during_replay() {
+    let mut checked = 0u64;
+    for (mode, seed) in [
+        (JournalMode::Ordered, 1u64),
+        (JournalMode::Data, 2),
+        (JournalMode::Writeback, 3),
+        (JournalMode::Ordered, 4),
+    ] {
+        // a run of the random mix cut short: keep every write of the device but no flush
+        // after the last commit's, so that the image needs replay
+        let mem = Arc::new(MemDevice::new(IMAGE));
+        mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
+        let fault = Arc::new(FaultDevice::new(
+            mem as Arc<dyn BlockDevice>,
+            FaultConfig::default(),
+        ));
+        let fs = Fs::mount(
+            fault.clone() as Arc<dyn BlockDevice>,
+            MountOptions {
+                journal: mode,
+                flush_interval_ms: u64::MAX,
+                ..MountOptions::default()
+            },
+        )
+        .expect("mount");
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, common::ME).unwrap().ino;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut m = Model::default();
+        for step in 0..40 {
+            for op in next_op("mix", &m, &mut rng, step) {
+                apply(&fs, &mut m, d, &op);
+            }
+        }
+        let x = fs.create(ROOT_INO, b"last", 0o644, common::ME).unwrap();
+        fs.write(x.ino, 0, &[5u8; 9000]).unwrap();
+        fs.fsync(x.ino, false).unwrap();
+        let image = fault.crash_image(CutMode::DropAll).expect("image");
+        drop(fs);
+        let sb = moafs_core::fs::read_superblock(&MemDevice::from_bytes(image.clone())).unwrap();
+        let plan = moafs_core::fs::journal::plan_replay_with(
+            &MemDevice::from_bytes(image.clone()),
+            &sb,
+            None,
+        )
+        .unwrap();
+        assert!(
+            plan.transactions > 0 || plan.bytelog.records > 0,
+            "journal={mode:?}: nothing to replay"
+        );
+        let opts = MountOptions {
+            journal: mode,
+            ..MountOptions::default()
+        };
+        let reference = {
+            let dev = Arc::new(MemDevice::from_bytes(image.clone()));
+            let fs = Fs::mount(dev as Arc<dyn BlockDevice>, opts.clone()).expect("recovery");
+            let t = walk(&fs);
+            fs.unmount().unwrap();
+            t
+        };
+        for k in 0.. {
+            let dev = Arc::new(FaultDevice::new(
+                Arc::new(MemDevice::from_bytes(image.clone())) as Arc<dyn BlockDevice>,
+                FaultConfig {
+                    fail_after_writes: Some(k),
+                    ..FaultConfig::default()
+                },
+            ));
+            let done = match Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts.clone()) {
+                Ok(fs) => {
+                    // recovered without reaching the cut: once it has, the cuts are done
+                    let r = fs.unmount();
+                    r.is_ok() && !dev.powered_off()
+                }
+                Err(e) => {
+                    assert!(matches!(e.to_errno(), libc::EIO), "mount cut at {k}: {e}");
+                    false
+                }
+            };
+            let cuts = [
+                CutMode::DropAll,
+                CutMode::KeepPrefix(usize::MAX),
+                CutMode::KeepPrefix(dev.unflushed_writes() / 2),
+                CutMode::RandomSeed(seed ^ k),
+            ];
+            for cut in cuts {
+                let what = format!("journal={mode:?} replay cut after {k} writes, {cut:?}");
+                let img = dev.crash_image(cut).expect("crash image");
+                let dev = Arc::new(MemDevice::from_bytes(img));
+                let r = moafs_core::fsck::fsck(dev.as_ref(), false).expect("fsck runs");
+                assert!(r.errors.is_empty(), "{what}: fsck -n: {:#?}", r.errors);
+                let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts.clone())
+                    .unwrap_or_else(|e| panic!("{what}: mount: {e}"));
+                let got = walk(&fs);
+                assert!(
+                    got == reference,
+                    "{what}: the tree differs from the uninterrupted recovery's"
+                );
+                fs.unmount().unwrap();
+                let r = moafs_core::fsck::fsck(dev.as_ref(), false).expect("fsck runs");
+                assert!(r.errors.is_empty(), "{what}: fsck after: {:#?}", r.errors);
+                checked += 1;
+            }
+            if done {
+                break;
+            }
+            assert!(k < 10_000, "the mount never finished");
+        }
+    }
+    eprintln!("crash during replay: {checked} images checked");
+    assert!(checked > 40, "only {checked} images");
 }
