@@ -466,7 +466,10 @@ fn threads_match_their_models_while_the_engine_commits() {
         stop.store(true, Ordering::Relaxed);
         let checks = background.join().unwrap();
         assert!(checks > 0);
-        eprintln!("round {round}: {checks} background rounds, {} commits", fs.counters().commits);
+        eprintln!(
+            "round {round}: {checks} background rounds, {} commits",
+            fs.counters().commits
+        );
         fs.check_invariants().unwrap();
         Arc::into_inner(fs).expect("one owner").unmount().unwrap();
         fsck_clean(&dev);
