@@ -442,7 +442,8 @@ impl RecordDevice {
         Ok(())
     }
 
-    /// Writes the closing `End` record and flushes the log (also done on drop).
+    /// Writes the closing `End` record and flushes the log (also done on drop); every later
+    /// write or flush fails.
     pub fn close(&self) -> DevResult<()> {
         let mut st = self.lock();
         if st.closed {
@@ -450,6 +451,8 @@ impl RecordDevice {
         }
         st.closed = true;
         self.append(&mut st, &LogRecord::End, 0)?;
+        // nothing may follow the End record: later requests fail
+        st.failed = Some(format!("{} is closed", self.path.display()));
         st.out
             .flush()
             .map_err(|e| log_failed(0, &format!("flush of {}: {e}", self.path.display())))
