@@ -1,0 +1,292 @@
+//! Crash tests through the kernel path: a real FUSE mount recorded with `-o record=LOG`, then
+//! `moafs crashcheck LOG` over every flush point and seeded torn/reordered cuts between flushes
+//! (`docs/TESTING.md`, "Crash tests through the kernel path"). And the checker shown to catch
+//! a broken log, and to refuse a damaged one with a clear error.
+
+use moafs_core::device::{BlockDevice, LogRecord, MemDevice, RecordDevice, WriteLog};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use tempfile::TempDir;
+
+mod common;
+use common::*;
+
+/// Bytes `len` of a pattern that differs by `seed`.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn fsync_dir(dir: &Path) {
+    fs::File::open(dir).unwrap().sync_all().unwrap();
+}
+
+/// The rename-fsync workload through the kernel: write a temporary file, fsync it, rename it
+/// over the target, fsync the directory; appends with fdatasync; truncates with fsync; hard
+/// links with fsync; small overwrites with fdatasync (the byte log); an fsynced file unlinked.
+fn rename_fsync_workload(mnt: &Path) {
+    let target = mnt.join("target");
+    for round in 0..40u64 {
+        let tmp = mnt.join("target.tmp");
+        let len = 1000 + (round as usize * 2777) % 40_000;
+        let mut f = fs::File::create(&tmp).unwrap();
+        f.write_all(&pattern(len, round)).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        fs::rename(&tmp, &target).unwrap();
+        fsync_dir(mnt);
+    }
+    let log = mnt.join("append.log");
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
+    for round in 0..60u64 {
+        f.write_all(&pattern(100 + (round as usize * 37) % 700, 1000 + round))
+            .unwrap();
+        f.sync_data().unwrap();
+    }
+    drop(f);
+    let t = fs::OpenOptions::new().write(true).open(&log).unwrap();
+    for (round, len) in [20_000u64, 5_000, 30_000, 0, 12_345]
+        .into_iter()
+        .enumerate()
+    {
+        t.set_len(len).unwrap();
+        t.sync_all().unwrap();
+        t.write_all_at(&pattern(300, 2000 + round as u64), len / 2)
+            .unwrap();
+        t.sync_all().unwrap();
+    }
+    drop(t);
+    for k in 0..5 {
+        let link = mnt.join(format!("link{k}"));
+        fs::hard_link(&target, &link).unwrap();
+        fs::File::open(&link).unwrap().sync_all().unwrap();
+    }
+    let db = mnt.join("db");
+    fs::write(&db, pattern(64 << 10, 3000)).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(&db).unwrap();
+    f.sync_all().unwrap();
+    for round in 0..40u64 {
+        let off = (round * 7919) % ((64 << 10) - 200);
+        f.write_all_at(&pattern(1 + (round as usize * 13) % 200, 4000 + round), off)
+            .unwrap();
+        f.sync_data().unwrap();
+    }
+    drop(f);
+    fs::remove_file(mnt.join("link0")).unwrap();
+    fs::remove_file(&db).unwrap();
+    fsync_dir(mnt);
+}
+
+/// fsx on the mount when it is installed (`./run test` installs it); `false` when absent.
+fn fsx(work: &Path, mnt: &Path) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", "command -v fsx"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("NOTE: fsx is not installed: the recorded run has no fsx part (./run test installs fsx 0.3.2)");
+        return false;
+    }
+    let cfg = work.join("fsx.toml");
+    fs::write(
+        &cfg,
+        "flen = 1048576\n[opsize]\nmax = 65536\nmin = 0\nalign = 1\n[weights]\n\
+         close_open = 1\nread = 10\nwrite = 10\nmapread = 5\nmapwrite = 5\ninvalidate = 1\n\
+         truncate = 2\nfsync = 3\nfdatasync = 3\nposix_fallocate = 1\npunch_hole = 1\n",
+    )
+    .unwrap();
+    let out = Command::new("fsx")
+        .arg("-f")
+        .arg(&cfg)
+        .args(["-N", "400", "-S", "19", "-P"])
+        .arg(work)
+        .arg(mnt.join("fsx.data"))
+        .output()
+        .expect("run fsx");
+    assert!(
+        out.status.success(),
+        "fsx failed: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    true
+}
+
+/// Runs `moafs crashcheck` and returns (exit code, stdout + stderr).
+fn crashcheck(log: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["crashcheck", p(log)];
+    args.extend_from_slice(extra);
+    let out = moafs(&args);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.code().unwrap_or(-1), all)
+}
+
+/// The number `N` of "N states checked" in crashcheck's output.
+fn states_checked(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix("crashcheck: ")?;
+            let (n, tail) = rest.split_once(' ')?;
+            tail.starts_with("states checked").then(|| n.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no states line in: {out}"))
+}
+
+/// The log with the crc of its last fsync promise changed: a promise the file cannot keep.
+fn with_false_promise(log: &Path, out: &Path) {
+    let mut w = WriteLog::read_file(log).expect("read the log");
+    let at = w
+        .records
+        .iter()
+        .rposition(|r| matches!(r, LogRecord::Fsynced { .. }))
+        .expect("the log holds fsync promises");
+    if let LogRecord::Fsynced { crc, .. } = &mut w.records[at] {
+        *crc ^= 0x5a5a;
+    }
+    fs::write(out, w.encode()).unwrap();
+}
+
+#[test]
+fn recorded_rename_fsync_workload_passes_crashcheck() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let log = tmp.path().join("write.log");
+    mkfs(&img, "32M");
+    let m = Mounted::new(&img, &mnt, &format!("record={}", p(&log)));
+    rename_fsync_workload(&mnt);
+    let with_fsx = fsx(tmp.path(), &mnt);
+    // `moafs umount` waits for the daemon's commit; the log is complete when it has exited
+    let pid = m.unmount_with(&[BIN, "umount"]);
+    assert!(
+        wait_gone(pid, std::time::Duration::from_secs(60)),
+        "daemon {pid} still alive"
+    );
+    assert_fsck_clean(&img);
+
+    let start = std::time::Instant::now();
+    let (code, out) = crashcheck(&log, &["--states", "12000", "--seed", "1"]);
+    eprintln!(
+        "{out}(fsx part: {}; {:.1} s)",
+        if with_fsx { "ran" } else { "absent" },
+        start.elapsed().as_secs_f64()
+    );
+    assert_eq!(code, 0, "crashcheck found something:\n{out}");
+    assert!(states_checked(&out) >= 10_000, "{out}");
+    assert!(!out.contains("no End record"), "{out}");
+    let w = WriteLog::read_file(&log).unwrap();
+    let promises = w
+        .records
+        .iter()
+        .filter(|r| matches!(r, LogRecord::Fsynced { .. }))
+        .count();
+    assert!(promises >= 100, "{promises} fsync promises recorded");
+
+    // The same log with one promise false: the checker says so and names the state.
+    let bad = tmp.path().join("false-promise.log");
+    with_false_promise(&log, &bad);
+    let (code, out) = crashcheck(&bad, &["--states", "200"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FINDING in flush") && out.contains("contents differ"),
+        "{out}"
+    );
+}
+
+/// An in-process recorded run (no mount needed): create, fsync, rename over, sync.
+fn recorded_in_process(log: &Path) {
+    use moafs_core::fs::{Caller, MountOptions, RenameFlags, ROOT_INO};
+    let mem = Arc::new(MemDevice::new(16 << 20));
+    moafs_core::mkfs::mkfs(mem.as_ref(), &Default::default()).unwrap();
+    let rec = Arc::new(RecordDevice::create(mem, log).unwrap());
+    let fs = moafs_core::Fs::mount(rec.clone() as Arc<dyn BlockDevice>, MountOptions::default())
+        .unwrap();
+    for round in 0..8u64 {
+        let a = fs.create(ROOT_INO, b"tmp", 0o644, Caller::ROOT).unwrap();
+        fs.write(a.ino, 0, &pattern(2000 + 3000 * round as usize, round))
+            .unwrap();
+        fs.fsync(a.ino, false).unwrap();
+        fs.rename(ROOT_INO, b"tmp", ROOT_INO, b"t", RenameFlags::default())
+            .unwrap();
+        fs.sync().unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    rec.close().unwrap();
+}
+
+#[test]
+fn crashcheck_fails_on_a_broken_log_and_refuses_a_damaged_one() {
+    let tmp = TempDir::new().unwrap();
+    let log = tmp.path().join("w.log");
+    recorded_in_process(&log);
+    let (code, out) = crashcheck(&log, &["--states", "500"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(states_checked(&out) >= 500, "{out}");
+
+    // A promise whose checksum is wrong.
+    let bad = tmp.path().join("false-promise.log");
+    with_false_promise(&log, &bad);
+    let (code, out) = crashcheck(&bad, &["--states", "500"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("contents differ"), "{out}");
+
+    // Every flush dropped: the journal's barriers are gone, and states show it (fsck).
+    let mut w = WriteLog::read_file(&log).unwrap();
+    w.records.retain(|r| {
+        !matches!(
+            r,
+            LogRecord::Flush | LogRecord::Fsynced { .. } | LogRecord::Mutated { .. }
+        )
+    });
+    let unflushed = tmp.path().join("unflushed.log");
+    fs::write(&unflushed, w.encode()).unwrap();
+    let (code, out) = crashcheck(&unflushed, &["--states", "500", "--seed", "3"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FINDING in flush interval 0") && out.contains("fsck"),
+        "{out}"
+    );
+
+    // A damaged log is refused with a clear error (exit 2), never a panic.
+    let bytes = fs::read(&log).unwrap();
+    for (name, damaged) in [
+        ("truncated", bytes[..bytes.len() - 3].to_vec()),
+        ("flipped", {
+            let mut b = bytes.clone();
+            let mid = b.len() / 2;
+            b[mid] ^= 1;
+            b
+        }),
+        ("not a log", b"hello, world: no log here at all".to_vec()),
+    ] {
+        let path = tmp.path().join(name);
+        fs::write(&path, damaged).unwrap();
+        let (code, out) = crashcheck(&path, &[]);
+        assert_eq!(code, 2, "{name}: {out}");
+        assert!(
+            out.contains("write log") && !out.contains("panicked"),
+            "{name}: {out}"
+        );
+    }
+    let (code, out) = crashcheck(&tmp.path().join("missing"), &[]);
+    assert_eq!(code, 2, "{out}");
+}
