@@ -334,13 +334,31 @@ impl BlockDevice for CowDevice {
 /// the blocks it holds, which no walk reaches. The mount frees orphans (docs/DESIGN.md).
 fn orphan_error(e: &str) -> bool {
     let words: Vec<&str> = e.split(' ').collect();
-    match words.as_slice() {
-        ["inode", _, "allocated", "(nlink", "0)", "but", "unreachable"] => true,
-        ["group", _, _, "block(s)", "marked", "used", "in", "the", "bitmap", "but", "not", "referenced"] => {
-            true
-        }
-        _ => false,
-    }
+    matches!(
+        words.as_slice(),
+        [
+            "inode",
+            _,
+            "allocated",
+            "(nlink",
+            "0)",
+            "but",
+            "unreachable"
+        ] | [
+            "group",
+            _,
+            _,
+            "block(s)",
+            "marked",
+            "used",
+            "in",
+            "the",
+            "bitmap",
+            "but",
+            "not",
+            "referenced"
+        ]
+    )
 }
 
 /// Checks one state: its findings (none: it passed), the promises checked, and whether
