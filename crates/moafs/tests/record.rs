@@ -2,6 +2,9 @@
 //! `moafs crashcheck LOG` over every flush point and seeded torn/reordered cuts between flushes
 //! (`docs/TESTING.md`, "Crash tests through the kernel path"). And the checker shown to catch
 //! a broken log, and to refuse a damaged one with a clear error.
+//!
+//! `MOAFS_RECORD_STATES=N` asks crashcheck for N states (default 12,000; the test demands
+//! 10,000, as far as the log has distinct cuts).
 
 use moafs_core::device::{BlockDevice, LogRecord, MemDevice, RecordDevice, WriteLog};
 use std::fs;
@@ -195,7 +198,14 @@ fn recorded_rename_fsync_workload_passes_crashcheck() {
     assert_fsck_clean(&img);
 
     let start = std::time::Instant::now();
-    let (code, out) = crashcheck(&log, &["--states", "12000", "--seed", "1"]);
+    // MOAFS_RECORD_STATES=N checks more (at least 10,000 are checked)
+    let states = std::env::var("MOAFS_RECORD_STATES")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(12_000)
+        .max(12_000)
+        .to_string();
+    let (code, out) = crashcheck(&log, &["--states", &states, "--seed", "1"]);
     eprintln!(
         "{out}(fsx part: {}; {:.1} s)",
         if with_fsx { "ran" } else { "absent" },
