@@ -706,6 +706,41 @@ mod tests {
     }
 
     #[test]
+    fn record_crashcheck_catches_one_dropped_flush_or_a_write_moved_across_one() {
+        // Each flush dropped alone, and each flush swapped with the write after it (that write
+        // now ordered before the barrier it followed): how many of these broken logs show?
+        let log = recorded();
+        let flushes: Vec<usize> = (0..log.records.len())
+            .filter(|&i| log.records[i] == LogRecord::Flush)
+            .collect();
+        let (mut dropped, mut moved, mut swaps) = (0, 0, 0);
+        for &f in &flushes {
+            let mut broken = log.clone();
+            broken.records.remove(f);
+            let r = crashcheck(&broken, &opts(100), |_| {}).expect("check");
+            dropped += usize::from(!r.findings.is_empty());
+            if matches!(log.records.get(f + 1), Some(LogRecord::Write { .. })) {
+                let mut broken = log.clone();
+                broken.records.swap(f, f + 1);
+                let r = crashcheck(&broken, &opts(100), |_| {}).expect("check");
+                moved += usize::from(!r.findings.is_empty());
+                swaps += 1;
+            }
+        }
+        eprintln!(
+            "caught: {dropped} of {} logs with one flush dropped, {moved} of {swaps} with a \
+             write moved before its flush",
+            flushes.len()
+        );
+        assert!(
+            dropped >= flushes.len() / 4,
+            "{dropped} of {}",
+            flushes.len()
+        );
+        assert!(moved >= 1, "{moved} of {swaps}");
+    }
+
+    #[test]
     fn record_crashcheck_counts_orphans_the_mount_frees() {
         // A file unlinked while open, committed: every later state holds an orphan, which
         // fsck -n flags and the mount frees.
