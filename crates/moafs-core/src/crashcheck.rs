@@ -80,6 +80,8 @@ pub struct CheckReport {
     pub flushes: u64,
     /// Fsync promises in the log.
     pub promises: u64,
+    /// Promises of syncs: files a sync found unchanged during it.
+    pub sync_promises: u64,
     pub syncs: u64,
     /// Whether the log ends with its `End` record (the mount ended cleanly).
     pub complete: bool,
@@ -108,6 +110,8 @@ struct Interval {
 /// A promise and its life in the log: records `[start, end)`.
 #[derive(Debug, Clone, Copy)]
 struct Promise {
+    /// Made by an fsync of the file, or by a sync it was not changed during.
+    by_sync: bool,
     ino: u64,
     size: u64,
     crc: u32,
@@ -123,6 +127,88 @@ struct Plan {
     base: Vec<u8>,
     intervals: Vec<Interval>,
     promises: Vec<Promise>,
+    /// Inode → record indices of its `Mutated` records, in order.
+    mutations: HashMap<u64, Vec<usize>>,
+    /// (`SyncStart`, `Sync`) record indices of each sync.
+    syncs: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    /// Whether `ino` has a `Mutated` record in `(from, to)`.
+    fn mutated_between(&self, ino: u64, from: usize, to: usize) -> bool {
+        self.mutations.get(&ino).is_some_and(|m| {
+            let i = m.partition_point(|&x| x <= from);
+            m.get(i).is_some_and(|&x| x < to)
+        })
+    }
+
+    /// The first `Mutated` record of `ino` after `from` (`usize::MAX`: none).
+    fn next_mutation(&self, ino: u64, from: usize) -> usize {
+        self.mutations
+            .get(&ino)
+            .and_then(|m| m.get(m.partition_point(|&x| x <= from)).copied())
+            .unwrap_or(usize::MAX)
+    }
+}
+
+/// The promises of the sync `(start, end)`: every linked regular file of `image` (the durable
+/// image of the last flush before `end`, which holds every change made before `start`) that
+/// no `Mutated` record shows changed between `start` and `end` holds, from `end` until its
+/// next change, what it holds in `image`. An image that does not mount gives none (its flush
+/// point is checked, and reported, as every state).
+fn sync_promises(plan: &Plan, image: &Arc<Vec<u8>>, start: usize, end: usize) -> Vec<Promise> {
+    let dev = Arc::new(CowDevice::new(image.clone()));
+    let Ok(fs) = Fs::mount(dev as Arc<dyn BlockDevice>, MountOptions::default()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    let mut dirs = vec![crate::fs::ROOT_INO];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = fs.readdir(dir, 0, usize::MAX) else {
+            continue;
+        };
+        for e in entries {
+            if e.name == b"." || e.name == b".." || !seen.insert(e.ino) {
+                continue;
+            }
+            let Ok(a) = fs.getattr(e.ino) else { continue };
+            match a.kind {
+                FileKind::Directory => dirs.push(e.ino),
+                FileKind::Regular if a.nlink > 0 && !plan.mutated_between(e.ino, start, end) => {
+                    if let Ok(crc) = file_crc(&fs, e.ino, a.size) {
+                        out.push(Promise {
+                            by_sync: true,
+                            ino: e.ino,
+                            size: a.size,
+                            crc,
+                            start: end,
+                            end: plan.next_mutation(e.ino, end),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let _ = fs.unmount();
+    out
+}
+
+/// crc32c of the first `size` bytes of `ino`.
+fn file_crc(fs: &Fs, ino: u64, size: u64) -> Result<u32, String> {
+    let mut crc = 0u32;
+    let mut offset = 0u64;
+    while offset < size {
+        let n = (size - offset).min(1 << 20) as u32;
+        let data = fs.read(ino, offset, n).map_err(|e| format!("read: {e}"))?;
+        if data.is_empty() {
+            return Err(format!("short read at {offset} of {size}"));
+        }
+        crc = crc32c::crc32c_append(crc, &data);
+        offset += data.len() as u64;
+    }
+    Ok(crc)
 }
 
 fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
@@ -144,6 +230,9 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
     }];
     let mut promises = Vec::new();
     let mut alive: HashMap<u64, usize> = HashMap::new();
+    let mut mutations: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut sync_starts = std::collections::VecDeque::new();
+    let mut syncs = Vec::new();
     let mut base_done = false;
     for (i, r) in log.records.iter().enumerate() {
         report.records += 1;
@@ -183,6 +272,7 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
                 }
                 alive.insert(*ino, promises.len());
                 promises.push(Promise {
+                    by_sync: false,
                     ino: *ino,
                     size: *size,
                     crc: *crc,
@@ -197,8 +287,18 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
                         ..promises[p]
                     };
                 }
+                mutations.entry(*ino).or_default().push(i);
             }
-            LogRecord::Sync => report.syncs += 1,
+            LogRecord::SyncStart => sync_starts.push_back(i),
+            LogRecord::Sync => {
+                report.syncs += 1;
+                // concurrent syncs: the k-th to return is paired with the k-th to start, whose
+                // start is at or before the latest start of the k that returned
+                let start = sync_starts
+                    .pop_front()
+                    .ok_or_else(|| format!("record {i}: a sync end without its start"))?;
+                syncs.push((start, i));
+            }
             LogRecord::End => report.complete = true,
         }
         base_done = true;
@@ -210,6 +310,8 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
         base,
         intervals,
         promises,
+        mutations,
+        syncs,
     })
 }
 
@@ -388,8 +490,10 @@ fn check_state(dev: Arc<CowDevice>, promises: &[Promise]) -> (Vec<String>, u64, 
     for p in promises {
         if let Err(e) = check_promise(&fs, p) {
             out.push(format!(
-                "fsync promise of inode {} (log record {}): {e}",
-                p.ino, p.start
+                "{} promise of inode {} (log record {}): {e}",
+                if p.by_sync { "sync" } else { "fsync" },
+                p.ino,
+                p.start
             ));
         }
     }
@@ -420,19 +524,7 @@ fn check_promise(fs: &Fs, p: &Promise) -> Result<(), String> {
     if a.size != p.size {
         return Err(format!("size {} (promised {})", a.size, p.size));
     }
-    let mut crc = 0u32;
-    let mut offset = 0u64;
-    while offset < a.size {
-        let n = (a.size - offset).min(1 << 20) as u32;
-        let data = fs
-            .read(p.ino, offset, n)
-            .map_err(|e| format!("read: {e}"))?;
-        if data.is_empty() {
-            return Err(format!("short read at {offset} of {}", a.size));
-        }
-        crc = crc32c::crc32c_append(crc, &data);
-        offset += data.len() as u64;
-    }
+    let crc = file_crc(fs, p.ino, a.size)?;
     if crc != p.crc {
         return Err(format!(
             "contents differ (crc32c {crc:#010x}, promised {:#010x}; size {})",
@@ -459,11 +551,12 @@ pub fn crashcheck(
     mut progress: impl FnMut(&CheckReport),
 ) -> Result<CheckReport, String> {
     let mut report = CheckReport::default();
-    let plan = plan(log, &mut report)?;
+    let mut plan = plan(log, &mut report)?;
     let n_int = plan.intervals.len() as u64;
     let random_total = opts.states.saturating_sub(n_int);
     let writes_total: u64 = plan.intervals.iter().map(|i| i.writes.len() as u64).sum();
-    let mut image = Arc::new(plan.base);
+    let mut image = Arc::new(std::mem::take(&mut plan.base));
+    let mut promises = std::mem::take(&mut plan.promises);
     for (k, iv) in plan.intervals.iter().enumerate() {
         let writes: Vec<(u64, u64)> = iv
             .writes
@@ -499,7 +592,16 @@ pub fn crashcheck(
                 });
             }
         }
-        run_interval(log, &plan.promises, iv, &image, &jobs, opts, &mut report);
+        for &(start, end) in plan
+            .syncs
+            .iter()
+            .filter(|s| (iv.start..iv.end).contains(&s.1))
+        {
+            let made = sync_promises(&plan, &image, start, end);
+            report.sync_promises += made.len() as u64;
+            promises.extend(made);
+        }
+        run_interval(log, &promises, iv, &image, &jobs, opts, &mut report);
         progress(&report);
         if report.findings.len() >= FINDINGS_MAX {
             break;
@@ -659,6 +761,7 @@ mod tests {
         assert!(r.findings.is_empty(), "{:#?}", r.findings);
         assert!(r.complete && r.flushes > 5 && r.promises >= 12, "{r:?}");
         assert!(r.states >= 300 && r.promise_checks >= 200, "{r:?}");
+        assert!(r.syncs == 6 && r.sync_promises >= 6, "{r:?}");
     }
 
     #[test]
@@ -677,6 +780,14 @@ mod tests {
         let f = &r.findings[0];
         assert!(f.what.contains("contents differ"), "{f:?}");
         assert!(f.state.starts_with("flush"), "{f:?}");
+        // Changes after a sync left out of the log: the sync's promises say so.
+        let mut log = recorded();
+        log.records
+            .retain(|r| !matches!(r, LogRecord::Fsynced { .. } | LogRecord::Mutated { .. }));
+        let r = crashcheck(&log, &opts(50), |_| {}).expect("check");
+        assert!(!r.findings.is_empty(), "{r:?}");
+        let f = &r.findings[0];
+        assert!(f.what.contains("sync promise of inode"), "{f:?}");
     }
 
     #[test]

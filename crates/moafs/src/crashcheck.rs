@@ -62,10 +62,11 @@ pub(crate) fn cmd_crashcheck(a: &CrashcheckArgs) -> u8 {
         }
     );
     say!(
-        "crashcheck: {} states checked ({} flush points, {} torn/reordered cuts), {} promise checks, {} orphan states (fsck -n flagged only inodes unlinked while open; the mount freed them), {} finding(s), {:.1} s",
+        "crashcheck: {} states checked ({} flush points, {} torn/reordered cuts), {} sync promises, {} promise checks, {} orphan states (fsck -n flagged only inodes unlinked while open; the mount freed them), {} finding(s), {:.1} s",
         r.states,
         r.flush_points,
         r.random_cuts,
+        r.sync_promises,
         r.promise_checks,
         r.orphan_states,
         r.findings.len(),

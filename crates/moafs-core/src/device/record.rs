@@ -30,6 +30,13 @@
 //! crash state whose possible crash moments fall in that span. Concurrent fsyncs of one inode
 //! may lose a promise (fewer checks, never a false one).
 //!
+//! Sync promises. A sync (or directory fsync) notes [`Note::SyncStart`] under the engine lock
+//! before it starts and [`Note::Sync`] when it returned; a `Mutated` is logged at the first
+//! change of each inode after every such marker (and after each promise of it), so the log
+//! tells which files did not change between a sync's start and its end. Those files hold what
+//! they held at the sync's start in the image of the last flush before its `Sync` record,
+//! which the checker reads for them.
+//!
 //! Discards are passed on and not logged: as on the fault device, a crash image does not depend
 //! on hints. The NVM tier is not recorded (`record=` refuses `nvm=`).
 
@@ -62,6 +69,8 @@ pub enum Note {
     Fsynced { ino: u64, size: u64, crc: u32 },
     /// The contents or size of `ino` change, or a name of it goes (unlink, rename over it).
     Mutated { ino: u64 },
+    /// A sync (or directory fsync) starts (under the engine lock, before it looks at anything).
+    SyncStart,
     /// A sync (or directory fsync) returned.
     Sync,
 }
@@ -77,10 +86,14 @@ pub enum LogRecord {
     Flush,
     /// An fsync of a regular file returned and promised these contents.
     Fsynced { ino: u64, size: u64, crc: u32 },
-    /// The file's contents, size or names changed: its last promise is void.
+    /// The file's contents, size or names changed: its last promise is void. Logged at the
+    /// first change of the inode after each sync start, sync and promise of it.
     Mutated { ino: u64 },
-    /// A sync (or directory fsync) returned.
+    /// A sync (or directory fsync) returned: every file not changed since its start holds
+    /// what it held then.
     Sync,
+    /// A sync (or directory fsync) started.
+    SyncStart,
     /// The device was closed (the mount ended); nothing follows.
     End,
 }
@@ -95,6 +108,7 @@ impl LogRecord {
             LogRecord::Mutated { .. } => 5,
             LogRecord::Sync => 6,
             LogRecord::End => 7,
+            LogRecord::SyncStart => 8,
         }
     }
 
@@ -114,7 +128,9 @@ impl LogRecord {
                 p
             }
             LogRecord::Mutated { ino } => ino.to_le_bytes().to_vec(),
-            LogRecord::Flush | LogRecord::Sync | LogRecord::End => Vec::new(),
+            LogRecord::Flush | LogRecord::Sync | LogRecord::End | LogRecord::SyncStart => {
+                Vec::new()
+            }
         }
     }
 
@@ -339,6 +355,7 @@ fn decode_record(
         5 => want(8).map(|_| LogRecord::Mutated { ino: le_u64(p) })?,
         6 => want(0).map(|_| LogRecord::Sync)?,
         7 => want(0).map(|_| LogRecord::End)?,
+        8 => want(0).map(|_| LogRecord::SyncStart)?,
         _ => return Err(bad(format!("unknown kind {kind}"))),
     };
     Ok((r, total))
@@ -351,8 +368,9 @@ struct LogState {
     /// Inodes with an fsync between its [`Note::FsyncStart`] and [`Note::Fsynced`] and no
     /// change since.
     fsyncing: HashSet<u64>,
-    /// Inodes with a logged promise not yet voided (a `Mutated` is logged only for these).
-    promised: HashSet<u64>,
+    /// Inodes whose `Mutated` is logged since the last sync start or sync, or their last
+    /// promise: a `Mutated` is logged only for others.
+    noted: HashSet<u64>,
     /// The first failure to append: every later request fails (the log is incomplete).
     failed: Option<String>,
     closed: bool,
@@ -394,7 +412,7 @@ impl RecordDevice {
             out: BufWriter::with_capacity(1 << 20, file),
             next: 0,
             fsyncing: HashSet::new(),
-            promised: HashSet::new(),
+            noted: HashSet::new(),
             failed: None,
             closed: false,
         };
@@ -527,7 +545,7 @@ impl BlockDevice for RecordDevice {
             }
             Note::Mutated { ino } => {
                 st.fsyncing.remove(&ino);
-                if !st.promised.remove(&ino) {
+                if !st.noted.insert(ino) {
                     return;
                 }
                 LogRecord::Mutated { ino }
@@ -536,10 +554,17 @@ impl BlockDevice for RecordDevice {
                 if !st.fsyncing.remove(&ino) {
                     return;
                 }
-                st.promised.insert(ino);
+                st.noted.remove(&ino);
                 LogRecord::Fsynced { ino, size, crc }
             }
-            Note::Sync => LogRecord::Sync,
+            Note::SyncStart => {
+                st.noted.clear();
+                LogRecord::SyncStart
+            }
+            Note::Sync => {
+                st.noted.clear();
+                LogRecord::Sync
+            }
         };
         // a failure is kept and fails the next request
         let _ = self.append(&mut st, &r, 0);
@@ -570,6 +595,7 @@ mod tests {
                     crc: 0xdead_beef,
                 },
                 LogRecord::Mutated { ino: 12 },
+                LogRecord::SyncStart,
                 LogRecord::Sync,
                 LogRecord::End,
             ],
@@ -673,7 +699,10 @@ mod tests {
             crc: 9,
         });
         dev.note(Note::Mutated { ino: 5 });
-        dev.note(Note::Mutated { ino: 5 }); // no promise left: not logged
+        dev.note(Note::Mutated { ino: 5 }); // logged once per marker
+        dev.note(Note::SyncStart);
+        dev.note(Note::Mutated { ino: 5 });
+        dev.note(Note::Sync);
         drop(dev);
         let log = WriteLog::read_file(&path).expect("read");
         let mut base = vec![0u8; 4096];
@@ -694,7 +723,11 @@ mod tests {
                     size: 3,
                     crc: 9
                 },
+                LogRecord::Mutated { ino: 6 },
                 LogRecord::Mutated { ino: 5 },
+                LogRecord::SyncStart,
+                LogRecord::Mutated { ino: 5 },
+                LogRecord::Sync,
                 LogRecord::End,
             ]
         );

@@ -723,7 +723,11 @@ impl Fs {
     }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
-        let epoch = self.lock().sync_epoch();
+        let epoch = {
+            let g = self.lock();
+            g.dev.note(crate::device::Note::SyncStart);
+            g.sync_epoch()
+        };
         self.wait_durable(epoch)?;
         self.lock().dev.note(crate::device::Note::Sync);
         Ok(())
