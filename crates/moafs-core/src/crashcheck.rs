@@ -62,6 +62,8 @@ pub struct CheckOptions {
     pub seed: u64,
     /// Threads checking states.
     pub jobs: usize,
+    /// Check only this flush interval (its flush point and cuts), to replay a finding.
+    pub only_interval: Option<usize>,
 }
 
 /// One state that failed a check.
@@ -601,8 +603,13 @@ pub fn crashcheck(
             report.sync_promises += made.len() as u64;
             promises.extend(made);
         }
-        run_interval(log, &promises, iv, &image, &jobs, opts, &mut report);
-        progress(&report);
+        if opts.only_interval.is_none_or(|only| only == k) {
+            run_interval(log, &promises, iv, &image, &jobs, opts, &mut report);
+            progress(&report);
+        }
+        if opts.only_interval.is_some_and(|only| only <= k) {
+            break;
+        }
         if report.findings.len() >= FINDINGS_MAX {
             break;
         }
@@ -751,6 +758,7 @@ mod tests {
             states,
             seed: 1,
             jobs: 2,
+            only_interval: None,
         }
     }
 
@@ -780,6 +788,20 @@ mod tests {
         let f = &r.findings[0];
         assert!(f.what.contains("contents differ"), "{f:?}");
         assert!(f.state.starts_with("flush"), "{f:?}");
+        // the interval a finding names, alone, shows it again with the same seed and states
+        let k: usize = f
+            .state
+            .split(' ')
+            .nth(2)
+            .and_then(|n| n.parse().ok())
+            .expect("interval in the state's name");
+        let only = CheckOptions {
+            only_interval: Some(k),
+            ..opts(50)
+        };
+        let again = crashcheck(&log, &only, |_| {}).expect("check");
+        assert_eq!(again.findings[0].state, f.state);
+        assert_eq!(again.flush_points, 1);
         // Changes after a sync left out of the log: the sync's promises say so.
         let mut log = recorded();
         log.records

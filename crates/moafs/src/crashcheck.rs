@@ -11,9 +11,13 @@ pub(crate) struct CrashcheckArgs {
     /// flushes shared out by the writes of each interval (as far as distinct cuts exist).
     #[arg(long, default_value_t = 10_000)]
     pub(crate) states: u64,
-    /// Seed of the random cuts (a finding names the cut seed that replays it).
+    /// Seed of the random cuts: the same seed and --states check the same cuts.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// Check only flush interval K (the number a finding names), with the same seed and
+    /// --states as the run that found it.
+    #[arg(long, value_name = "K")]
+    pub(crate) interval: Option<usize>,
     /// Threads checking states (default: the CPUs available).
     #[arg(long)]
     pub(crate) jobs: Option<usize>,
@@ -39,6 +43,7 @@ pub(crate) fn cmd_crashcheck(a: &CrashcheckArgs) -> u8 {
         states: a.states,
         seed: a.seed,
         jobs: jobs.max(1),
+        only_interval: a.interval,
     };
     let r = match crashcheck(&log, &opts, |_| {}) {
         Ok(r) => r,

@@ -45,7 +45,8 @@ enum Cmd {
     Inspect(InspectArgs),
     /// Check every crash state of a mount recorded with `-o record=LOG`: each flush point
     /// and seeded torn/reordered cuts between flushes must pass fsck, mount, keep what fsync
-    /// promised, unmount and pass fsck. Exit: 0 all passed, 1 findings, 2 unreadable log.
+    /// and sync promised, unmount and pass fsck. Exit: 0 all passed, 1 findings, 2 unreadable
+    /// log.
     Crashcheck(CrashcheckArgs),
     /// Unmount a moafs mount and wait until its daemon has committed and let go of the image
     /// (also as umount.fuse.moafs, which umount(8) runs for a fuse.moafs mount).

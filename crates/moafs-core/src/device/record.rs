@@ -297,7 +297,7 @@ fn decode_record(
         return Err(bad(format!("truncated: {} bytes left", b.len())));
     }
     let (kind, len) = (le_u32(b), le_u32(&b[4..]) as u64);
-    if len > device_bytes + PAYLOAD_SLACK_BYTES {
+    if len > device_bytes.saturating_add(PAYLOAD_SLACK_BYTES) {
         return Err(bad(format!(
             "payload of {len} bytes on a {device_bytes}-byte device"
         )));
