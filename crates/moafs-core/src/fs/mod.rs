@@ -692,7 +692,8 @@ impl Fs {
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
         if self.promise_start(ino) {
             self.fsync_now(ino)?;
-            return self.promise_end(ino);
+            self.promise_end(ino);
+            return Ok(());
         }
         self.fsync_now(ino)
     }
