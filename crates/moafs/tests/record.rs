@@ -176,19 +176,29 @@ fn with_false_promise(log: &Path, out: &Path) {
     fs::write(out, w.encode()).unwrap();
 }
 
-#[test]
-fn recorded_rename_fsync_workload_passes_crashcheck() {
-    if !can_mount() {
-        return;
-    }
+/// What a recorded run checked.
+struct Recorded {
+    _tmp: TempDir,
+    log: std::path::PathBuf,
+    out: String,
+}
+
+/// Mounts a 32 MiB image with `record=` and `opts`, runs the rename-fsync workload (and fsx
+/// when `with_fsx` and installed) through the kernel, unmounts, checks fsck, and runs
+/// `moafs crashcheck` for `states`; a finding fails the test, its log kept.
+fn recorded_run(opts: &str, with_fsx: bool, states: u64) -> Recorded {
     let tmp = TempDir::new().unwrap();
     let img = tmp.path().join("img");
     let mnt = tmp.path().join("mnt");
     let log = tmp.path().join("write.log");
     mkfs(&img, "32M");
-    let m = Mounted::new(&img, &mnt, &format!("record={}", p(&log)));
+    let mut o = format!("record={}", p(&log));
+    if !opts.is_empty() {
+        o = format!("{o},{opts}");
+    }
+    let m = Mounted::new(&img, &mnt, &o);
     rename_fsync_workload(&mnt);
-    let with_fsx = fsx(tmp.path(), &mnt);
+    let ran_fsx = with_fsx && fsx(tmp.path(), &mnt);
     // `moafs umount` waits for the daemon's commit; the log is complete when it has exited
     let pid = m.unmount_with(&[BIN, "umount"]);
     assert!(
@@ -196,19 +206,11 @@ fn recorded_rename_fsync_workload_passes_crashcheck() {
         "daemon {pid} still alive"
     );
     assert_fsck_clean(&img);
-
     let start = std::time::Instant::now();
-    // MOAFS_RECORD_STATES=N checks more (at least 10,000 are checked)
-    let states = std::env::var("MOAFS_RECORD_STATES")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(12_000)
-        .max(12_000)
-        .to_string();
-    let (code, out) = crashcheck(&log, &["--states", &states, "--seed", "1"]);
+    let (code, out) = crashcheck(&log, &["--states", &states.to_string(), "--seed", "1"]);
     eprintln!(
-        "{out}(fsx part: {}; {:.1} s)",
-        if with_fsx { "ran" } else { "absent" },
+        "[{opts}] {out}(fsx part: {}; {:.1} s)",
+        if ran_fsx { "ran" } else { "absent" },
         start.elapsed().as_secs_f64()
     );
     if code != 0 {
@@ -216,16 +218,35 @@ fn recorded_rename_fsync_workload_passes_crashcheck() {
         let keep = std::env::temp_dir().join("moafs-record-failed.log");
         let _ = fs::copy(&log, &keep);
         panic!(
-            "crashcheck found something (log kept as {}):\n{out}",
+            "[{opts}] crashcheck found something (log kept as {}):\n{out}",
             keep.display()
         );
     }
-    assert!(states_checked(&out) >= 10_000, "{out}");
     assert!(!out.contains(" 0 sync promises"), "{out}");
     // the file unlinked while open was an orphan in some states, which the mount freed
     assert!(!out.contains(" 0 orphan states"), "{out}");
     assert!(!out.contains("no End record"), "{out}");
-    let w = WriteLog::read_file(&log).unwrap();
+    Recorded {
+        _tmp: tmp,
+        log,
+        out,
+    }
+}
+
+#[test]
+fn recorded_rename_fsync_workload_passes_crashcheck() {
+    if !can_mount() {
+        return;
+    }
+    // MOAFS_RECORD_STATES=N checks more (at least 10,000 are checked)
+    let states = std::env::var("MOAFS_RECORD_STATES")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(12_000)
+        .max(12_000);
+    let r = recorded_run("", true, states);
+    assert!(states_checked(&r.out) >= 10_000, "{}", r.out);
+    let w = WriteLog::read_file(&r.log).unwrap();
     let promises = w
         .records
         .iter()
@@ -234,14 +255,31 @@ fn recorded_rename_fsync_workload_passes_crashcheck() {
     assert!(promises >= 100, "{promises} fsync promises recorded");
 
     // The same log with one promise false: the checker says so and names the state.
-    let bad = tmp.path().join("false-promise.log");
-    with_false_promise(&log, &bad);
+    let bad = r.log.with_file_name("false-promise.log");
+    with_false_promise(&r.log, &bad);
     let (code, out) = crashcheck(&bad, &["--states", "200"]);
     assert_eq!(code, 1, "{out}");
     assert!(
         out.contains("FINDING in flush") && out.contains("contents differ"),
         "{out}"
     );
+}
+
+#[test]
+fn recorded_workload_passes_crashcheck_in_other_modes() {
+    if !can_mount() {
+        return;
+    }
+    // the other journal modes, and the engine without co-writing, the byte log or
+    // write-behind: other request orders for the same workload
+    for opts in [
+        "journal=writeback",
+        "journal=data",
+        "cowrite=off,bytelog=off,write_behind=0",
+    ] {
+        let r = recorded_run(opts, false, 3000);
+        assert!(states_checked(&r.out) >= 2500, "[{opts}] {}", r.out);
+    }
 }
 
 /// An in-process recorded run (no mount needed): create, fsync, rename over, sync.
