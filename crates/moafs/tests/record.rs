@@ -38,7 +38,7 @@ fn fsync_dir(dir: &Path) {
 /// The rename-fsync workload through the kernel: write a temporary file, fsync it, rename it
 /// over the target, fsync the directory; appends with fdatasync; truncates with fsync; hard
 /// links with fsync; small overwrites with fdatasync (the byte log); fsynced files unlinked,
-/// one while open (an orphan until its close).
+/// one while open (an orphan until its close); then the same from four threads at once.
 fn rename_fsync_workload(mnt: &Path) {
     let target = mnt.join("target");
     for round in 0..40u64 {
@@ -104,6 +104,38 @@ fn rename_fsync_workload(mnt: &Path) {
     h.write_all(&pattern(5000, 5001)).unwrap();
     h.sync_all().unwrap();
     drop(h);
+    fsync_dir(mnt);
+    concurrent_workload(mnt);
+}
+
+/// Four threads at once, each in its own directory: write a temporary file, fsync it, rename
+/// it over its target, fsync the directory, append to a log with fdatasync (group commits,
+/// byte-log batches shared by concurrent fsyncs, fsyncs overlapping other files' changes).
+fn concurrent_workload(mnt: &Path) {
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            s.spawn(move || {
+                let dir = mnt.join(format!("d{t}"));
+                fs::create_dir(&dir).unwrap();
+                let mut log = fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join("log"))
+                    .unwrap();
+                for round in 0..15u64 {
+                    let tmp = dir.join("tmp");
+                    let seed = 10_000 + t * 100 + round;
+                    fs::write(&tmp, pattern(500 + (seed as usize * 97) % 20_000, seed)).unwrap();
+                    fs::File::open(&tmp).unwrap().sync_all().unwrap();
+                    fs::rename(&tmp, dir.join("target")).unwrap();
+                    fsync_dir(&dir);
+                    log.write_all(&pattern(64 + (seed as usize % 300), seed))
+                        .unwrap();
+                    log.sync_data().unwrap();
+                }
+            });
+        }
+    });
     fsync_dir(mnt);
 }
 
