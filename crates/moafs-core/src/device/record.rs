@@ -28,7 +28,7 @@
 //! are the contents at the fsync's start, which is what it made durable. A promise is in force
 //! from its record until the inode's next `Mutated` record; the checker demands it of every
 //! crash state whose possible crash moments fall in that span. Concurrent fsyncs of one inode
-//! may lose a promise (fewer checks, never a false one).
+//! are told apart by their thread (an fsync starts and ends on one).
 //!
 //! Sync promises. A sync (or directory fsync) notes [`Note::SyncStart`] under the engine lock
 //! before it starts and [`Note::Sync`] when it returned; a `Mutated` is logged at the first
@@ -41,11 +41,12 @@
 //! on hints. The NVM tier is not recorded (`record=` refuses `nvm=`).
 
 use super::{BlockDevice, DevResult, DeviceCounters, DeviceError};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 /// First bytes of a write log.
 pub const LOG_MAGIC: [u8; 8] = *b"MOAFSWLG";
@@ -365,9 +366,10 @@ struct LogState {
     out: BufWriter<File>,
     /// Records written so far (the next record's index).
     next: u64,
-    /// Inodes with an fsync between its [`Note::FsyncStart`] and [`Note::Fsynced`] and no
-    /// change since.
-    fsyncing: HashSet<u64>,
+    /// Fsyncs between their [`Note::FsyncStart`] and [`Note::Fsynced`] with no change of
+    /// their file since: inode → the threads running them (an fsync starts and ends on one
+    /// thread, so the thread tells concurrent fsyncs of one file apart).
+    fsyncing: HashMap<u64, Vec<ThreadId>>,
     /// Inodes whose `Mutated` is logged since the last sync start or sync, or their last
     /// promise: a `Mutated` is logged only for others.
     noted: HashSet<u64>,
@@ -411,7 +413,7 @@ impl RecordDevice {
         let mut st = LogState {
             out: BufWriter::with_capacity(1 << 20, file),
             next: 0,
-            fsyncing: HashSet::new(),
+            fsyncing: HashMap::new(),
             noted: HashSet::new(),
             failed: None,
             closed: false,
@@ -540,7 +542,10 @@ impl BlockDevice for RecordDevice {
         let mut st = self.lock();
         let r = match note {
             Note::FsyncStart { ino } => {
-                st.fsyncing.insert(ino);
+                st.fsyncing
+                    .entry(ino)
+                    .or_default()
+                    .push(std::thread::current().id());
                 return;
             }
             Note::Mutated { ino } => {
@@ -551,8 +556,16 @@ impl BlockDevice for RecordDevice {
                 LogRecord::Mutated { ino }
             }
             Note::Fsynced { ino, size, crc } => {
-                if !st.fsyncing.remove(&ino) {
+                let me = std::thread::current().id();
+                let Some(threads) = st.fsyncing.get_mut(&ino) else {
                     return;
+                };
+                let Some(at) = threads.iter().position(|t| *t == me) else {
+                    return;
+                };
+                threads.swap_remove(at);
+                if threads.is_empty() {
+                    st.fsyncing.remove(&ino);
                 }
                 st.noted.remove(&ino);
                 LogRecord::Fsynced { ino, size, crc }
@@ -698,6 +711,18 @@ mod tests {
             size: 3,
             crc: 9,
         });
+        // two fsyncs of one file on two threads, a change between their starts: the one that
+        // started before the change promises nothing, even when it ends after the other began
+        dev.note(Note::FsyncStart { ino: 7 });
+        dev.note(Note::Mutated { ino: 7 });
+        std::thread::scope(|s| {
+            s.spawn(|| dev.note(Note::FsyncStart { ino: 7 }));
+        });
+        dev.note(Note::Fsynced {
+            ino: 7,
+            size: 1,
+            crc: 1,
+        });
         dev.note(Note::Mutated { ino: 5 });
         dev.note(Note::Mutated { ino: 5 }); // logged once per marker
         dev.note(Note::SyncStart);
@@ -724,6 +749,7 @@ mod tests {
                     crc: 9
                 },
                 LogRecord::Mutated { ino: 6 },
+                LogRecord::Mutated { ino: 7 },
                 LogRecord::Mutated { ino: 5 },
                 LogRecord::SyncStart,
                 LogRecord::Mutated { ino: 5 },
