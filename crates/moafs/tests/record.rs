@@ -393,3 +393,36 @@ fn crashcheck_fails_on_a_broken_log_and_refuses_a_damaged_one() {
     let (code, out) = crashcheck(&tmp.path().join("missing"), &[]);
     assert_eq!(code, 2, "{out}");
 }
+
+#[test]
+fn log_of_a_killed_daemon_is_checked_up_to_its_end() {
+    if !can_mount() {
+        return;
+    }
+    use nix::sys::signal::Signal;
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let log = tmp.path().join("write.log");
+    mkfs(&img, "32M");
+    let m = Mounted::new(
+        &img,
+        &mnt,
+        &format!("record={},flush_interval_ms=600000", p(&log)),
+    );
+    rename_fsync_workload(&mnt);
+    // unsynced changes the engine holds when the power goes
+    fs::write(mnt.join("late"), pattern(30_000, 77)).unwrap();
+    kill(m.pid, Signal::SIGKILL).expect("signal the daemon");
+    assert!(
+        wait_gone(m.pid, std::time::Duration::from_secs(20)),
+        "daemon still alive"
+    );
+    drop(m); // detaches the dead mount
+             // the log holds every record up to the last device flush (it reaches its file there)
+    let (code, out) = crashcheck(&log, &["--states", "2000"]);
+    eprintln!("{out}");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no End record"), "{out}");
+    assert!(states_checked(&out) >= 1500, "{out}");
+}
