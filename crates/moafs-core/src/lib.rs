@@ -8,6 +8,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod crashcheck;
 pub mod device;
 pub mod error;
 pub mod format;

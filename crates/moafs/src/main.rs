@@ -1,4 +1,4 @@
-//! `moafs`: mkfs, mount, fsck, inspect and install-helpers.
+//! `moafs`: mkfs, mount, fsck, inspect, crashcheck and install-helpers.
 //!
 //! Also answers to the names `mkfs.moafs`, `fsck.moafs`, `mount.moafs` and `mount.fuse.moafs`
 //! (the conventions of mkfs(8), fsck(8) and mount(8)), and to `moafs IMAGE MOUNTPOINT -o OPTS`
@@ -43,6 +43,11 @@ enum Cmd {
     Fsck(FsckArgs),
     /// Show the layout and counters of IMAGE.
     Inspect(InspectArgs),
+    /// Check every crash state of a mount recorded with `-o record=LOG`: each flush point
+    /// and seeded torn/reordered cuts between flushes must pass fsck, mount, keep what fsync
+    /// and sync promised, unmount and pass fsck. Exit: 0 all passed, 1 findings, 2 unreadable
+    /// log.
+    Crashcheck(CrashcheckArgs),
     /// Unmount a moafs mount and wait until its daemon has committed and let go of the image
     /// (also as umount.fuse.moafs, which umount(8) runs for a fuse.moafs mount).
     Umount(UmountArgs),
@@ -124,6 +129,7 @@ macro_rules! say {
 
 mod age;
 mod bench;
+mod crashcheck;
 mod experiment;
 mod fsck;
 mod inspect;
@@ -133,6 +139,7 @@ mod mount;
 mod umount;
 use age::*;
 use bench::*;
+use crashcheck::*;
 use experiment::*;
 use fsck::*;
 use inspect::*;
@@ -166,6 +173,7 @@ fn main() -> ExitCode {
         Cmd::Umount(a) => cmd_umount(&a),
         Cmd::Fsck(a) => cmd_fsck(&a),
         Cmd::Inspect(a) => report(cmd_inspect(&a)),
+        Cmd::Crashcheck(a) => cmd_crashcheck(&a),
         Cmd::InstallHelpers(a) => report(cmd_install(&a)),
         Cmd::Bench(a) => report(cmd_bench(&a)),
         Cmd::Age(a) => report(cmd_age(&a)),

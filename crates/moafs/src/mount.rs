@@ -20,6 +20,8 @@ pub(crate) struct MountArgs {
     /// ro, direct, nodirect (O_DIRECT on the image; the default wherever the image's file
     /// system supports it, but in tmpfs),
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
+    /// record=PATH (a write log of every device write, flush and fsync promise, for
+    /// `moafs crashcheck PATH`; not with nvm= or ro),
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     pub(crate) options: Vec<String>,
@@ -50,6 +52,8 @@ pub(crate) struct MountPlan {
     pub(crate) nvm: Option<PathBuf>,
     pub(crate) nvm_model: moafs_core::device::NvmModel,
     pub(crate) log: Option<PathBuf>,
+    /// `record=PATH`: the write log for `moafs crashcheck` (`device/record.rs`).
+    pub(crate) record: Option<PathBuf>,
     pub(crate) pidfile: Option<PathBuf>,
     pub(crate) stats: Option<PathBuf>,
     /// `-o remount` (mount(8) asks the helper to change the flags of a live mount).
@@ -95,6 +99,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
         nvm: None,
         nvm_model: Default::default(),
         log: None,
+        record: None,
         pidfile: None,
         stats: None,
         remount: false,
@@ -252,6 +257,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             "default_permissions" if v.is_none() => p.fuse.default_permissions = true,
             "nodefault_permissions" if v.is_none() => p.fuse.default_permissions = false,
             "log" => p.log = Some(path(k, v)?),
+            "record" => p.record = Some(path(k, v)?),
             "pidfile" => p.pidfile = Some(path(k, v)?),
             "stats" => p.stats = Some(path(k, v)?),
             // Added by mount.fuse3 and friends; the source name is ours to choose.
@@ -259,6 +265,12 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             _ if v.is_none() && IGNORED_OPTIONS.contains(&k) => {}
             _ => return Err(format!("unknown mount option {opt}")),
         }
+    }
+    if p.record.is_some() && p.nvm.is_some() {
+        return Err("record= does not record an NVM tier: not with nvm=".into());
+    }
+    if p.record.is_some() && p.engine.read_only {
+        return Err("record= records writes: not with ro".into());
     }
     Ok(p)
 }
@@ -282,7 +294,17 @@ pub(crate) fn serve(
             lock: true,
         },
     )?;
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let record = match &plan.record {
+        Some(p) => {
+            let rec = moafs_core::device::RecordDevice::create(dev, p)
+                .map_err(|e| format!("record={}: {e}", p.display()))?;
+            let rec = Arc::new(rec);
+            dev = rec.clone();
+            Some(rec)
+        }
+        None => None,
+    };
     let tier = match &plan.nvm {
         Some(p) => Some(open_tier(p, plan.nvm_model)?),
         None => None,
@@ -293,8 +315,13 @@ pub(crate) fn serve(
     // xfstests find the mount by it (the type reads fuse.moafs).
     cfg.fsname = image.display().to_string();
     let fs = Arc::new(fs);
-    moafs_fuse::mount_blocking(fs.clone(), mountpoint, &cfg, ready)
-        .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
+    let served = moafs_fuse::mount_blocking(fs.clone(), mountpoint, &cfg, ready)
+        .map_err(|e| format!("mount on {}: {e}", mountpoint.display()));
+    if let Some(rec) = &record {
+        // the engine is unmounted: the log is complete
+        rec.close().map_err(|e| format!("record: {e}"))?;
+    }
+    served?;
     if let Some(path) = &plan.stats {
         write_stats(path, &fs);
     }
@@ -416,6 +443,7 @@ pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
         }
     };
     absolutize(&mut plan.log);
+    absolutize(&mut plan.record);
     absolutize(&mut plan.pidfile);
     // Mounted already: a second mount shows the same file system, as a block device's would.
     // Mounted on this very directory: refused (the kernel refuses a file system on a mount
@@ -585,5 +613,15 @@ mod tests {
         let e = parse_mount_options(&["bogus".into()]).unwrap_err();
         assert_eq!(e, "unknown mount option bogus");
         assert!(parse_mount_options(&["threads=x".into()]).is_err());
+    }
+
+    #[test]
+    fn record_option() {
+        let p = parse_mount_options(&["record=/tmp/w.log".into()]).unwrap();
+        assert_eq!(p.record, Some(PathBuf::from("/tmp/w.log")));
+        assert!(parse_mount_options(&["record=".into()]).is_err());
+        let e = parse_mount_options(&["record=/tmp/w.log,nvm=/dev/shm/t".into()]).unwrap_err();
+        assert!(e.contains("nvm="), "{e}");
+        assert!(parse_mount_options(&["ro,record=/tmp/w.log".into()]).is_err());
     }
 }

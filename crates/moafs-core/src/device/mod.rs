@@ -18,6 +18,7 @@ mod mem;
 mod model;
 mod nvm;
 mod overlay;
+mod record;
 
 pub use fault::{CutMode, FaultConfig, FaultDevice};
 pub use file::{FileDevice, FileDeviceOptions};
@@ -26,6 +27,10 @@ pub use mem::MemDevice;
 pub use model::{HddModel, ModelDevice, ModelKind, SsdModel};
 pub use nvm::{FaultNvm, FileNvm, MemNvm, Nvm, NvmCounters, NvmCut, NvmModel};
 pub use overlay::OverlayDevice;
+pub use record::{
+    encode_header, LogError, LogRecord, Note, RecordDevice, WriteLog, BASE_BLOCK_BYTES, LOG_MAGIC,
+    LOG_VERSION,
+};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -151,6 +156,14 @@ pub trait BlockDevice: Send + Sync {
     fn discard(&self, offset: u64, len: u64) -> DevResult<()>;
     /// Counters of this device.
     fn counters(&self) -> DeviceCounters;
+    /// Whether this device records what the engine [`note`](BlockDevice::note)s (the
+    /// recording device of `-o record=`): the engine computes what a note carries (a file's
+    /// checksum) only then.
+    fn records(&self) -> bool {
+        false
+    }
+    /// A fact for the write log (fsync promises, `record.rs`); ignored by other devices.
+    fn note(&self, _note: Note) {}
 }
 
 /// Checks that `[offset, offset+len)` lies inside a device of `size` bytes.
@@ -190,6 +203,12 @@ macro_rules! forward_block_device {
             }
             fn counters(&self) -> DeviceCounters {
                 (**self).counters()
+            }
+            fn records(&self) -> bool {
+                (**self).records()
+            }
+            fn note(&self, note: Note) {
+                (**self).note(note)
             }
         }
     )*};

@@ -28,6 +28,7 @@ mod homeless;
 pub mod journal;
 mod node;
 mod ops;
+mod promise;
 mod readahead;
 pub use readahead::{Readahead, ReadaheadPolicy};
 
@@ -490,7 +491,12 @@ impl Fs {
         self.lock().attr(ino)
     }
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
-        self.mutate(|g| g.setattr(ino, set))
+        self.mutate(|g| {
+            if set.size.is_some() {
+                g.note_mutated(ino);
+            }
+            g.setattr(ino, set)
+        })
     }
     /// Creates any kind of inode but a directory or symlink (`mode` includes the type bits).
     pub fn mknod(
@@ -516,7 +522,9 @@ impl Fs {
         self.lock().readlink(ino)
     }
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
-        self.lock().remove(parent, name, false)
+        let mut g = self.lock();
+        g.note_victim(parent, name);
+        g.remove(parent, name, false)
     }
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
         self.lock().remove(parent, name, true)
@@ -529,7 +537,10 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.mutate(|g| g.rename(parent, name, newparent, newname, flags))
+        self.mutate(|g| {
+            g.note_victim(newparent, newname);
+            g.rename(parent, name, newparent, newname, flags)
+        })
     }
     /// rename(2) with RENAME_WHITEOUT (overlayfs's upper layers): the rename, and in the same
     /// step a whiteout — a character device 0:0 owned by `who` — where the source was.
@@ -561,6 +572,7 @@ impl Fs {
             noreplace,
             exchange: false,
         };
+        g.note_victim(newparent, newname);
         g.rename(parent, name, newparent, newname, flags)?;
         let who = Caller { umask: 0, ..who };
         let w = g.make(parent, name, libc::S_IFCHR, 0, who, None)?;
@@ -641,6 +653,7 @@ impl Fs {
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
         let (n, wake, over) = self.mutate(|g| {
+            g.note_mutated(ino);
             let n = g.write(ino, offset, data)?;
             Ok((n, g.wants_write_behind(), g.over_dirty_max()))
         })?;
@@ -666,7 +679,10 @@ impl Fs {
     }
     /// `mode`: 0, `FALLOC_FL_KEEP_SIZE`, or `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> FsResult<()> {
-        self.mutate(|g| g.fallocate(ino, offset, len, mode))?;
+        self.mutate(|g| {
+            g.note_mutated(ino);
+            g.fallocate(ino, offset, len, mode)
+        })?;
         self.throttle()
     }
     /// Makes the file durable (`docs/SEMANTICS.md`). A file whose only changes are small
@@ -675,6 +691,14 @@ impl Fs {
     /// system: returns after the device flush of the commit that took the changes;
     /// concurrent fsyncs share one commit; nothing unsaved and no commit in flight: at once.
     pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
+        if self.promise_start(ino) {
+            self.fsync_now(ino)?;
+            self.promise_end(ino);
+            return Ok(());
+        }
+        self.fsync_now(ino)
+    }
+    fn fsync_now(&self, ino: Ino) -> FsResult<()> {
         if self.fsync_bytelog(ino)? {
             return Ok(());
         }
@@ -701,8 +725,14 @@ impl Fs {
     }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
-        let epoch = self.lock().sync_epoch();
-        self.wait_durable(epoch)
+        let epoch = {
+            let g = self.lock();
+            g.dev.note(crate::device::Note::SyncStart);
+            g.sync_epoch()
+        };
+        self.wait_durable(epoch)?;
+        self.lock().dev.note(crate::device::Note::Sync);
+        Ok(())
     }
     /// Writes everything back and drops the block cache and the in-memory state of idle
     /// inodes (benchmark scenario A: the next reads come from the device). Returns the
