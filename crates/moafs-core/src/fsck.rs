@@ -9,8 +9,8 @@
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{
-    bitmap_crc, decode_indirect, ptrs_per_block, DirBlock, DiskInode, Geometry, GroupHeader,
-    Superblock, XattrBlock, XattrHead, INODE_BYTES, N_DIRECT, STATE_CLEAN,
+    bitmap_crc, decode_indirect, ptrs_per_block, Bounds, DirBlock, DiskInode, Geometry,
+    GroupHeader, Superblock, XattrBlock, XattrHead, INODE_BYTES, N_DIRECT, STATE_CLEAN,
 };
 use crate::fs::read_superblock;
 use std::collections::{HashMap, VecDeque};
@@ -124,6 +124,8 @@ impl FsckReport {
 struct Checker<'a> {
     dev: &'a dyn BlockDevice,
     geo: Geometry,
+    /// What pointers and sizes may be: an inode or block that breaks them is damaged.
+    bounds: Bounds,
     headers: Vec<Option<GroupHeader>>,
     used: Vec<bool>,
     found: Vec<String>,
@@ -184,7 +186,7 @@ impl Checker<'_> {
         }
         let (blk, off) = geo.inode_location(ino);
         let buf = self.read(blk)?;
-        match DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk) {
+        match DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk, &self.bounds) {
             Ok(d) if d.is_free() => Ok(None),
             Ok(d) => Ok(Some(d)),
             Err(e) => {
@@ -251,7 +253,7 @@ impl Checker<'_> {
             return Ok(());
         }
         let buf = self.read(blk)?;
-        let ptrs = match decode_indirect(&buf, blk) {
+        let ptrs = match decode_indirect(&buf, blk, &self.bounds) {
             Ok(p) => p,
             Err(e) => {
                 self.err(format!("inode {ino}: {e}"));
@@ -430,7 +432,7 @@ impl Checker<'_> {
             return Ok(1);
         }
         let buf = self.read(xb)?;
-        match XattrBlock::decode_head(&buf, ino, xb, self.geo.total_blocks) {
+        match XattrBlock::decode_head(&buf, ino, xb, &self.bounds) {
             Err(e) => {
                 self.err(format!("inode {ino}: {e}"));
                 Ok(1)
@@ -488,6 +490,16 @@ pub fn fsck_with(
     if sb.state != STATE_CLEAN && sb.has_journal() {
         if repair {
             let r = crate::fs::journal::replay_with(dev, &sb, tier)?;
+            if r.transactions > 0 {
+                // As a mount does: the floor past what was replayed, so that the next
+                // replay does not apply those transactions again over the repairs below.
+                let mut now = read_superblock(dev)?;
+                if now.journal_seq < r.last_seq {
+                    now.journal_seq = r.last_seq;
+                    dev.write_at(0, &now.encode(now.block_size))?;
+                    dev.flush()?;
+                }
+            }
             if r.transactions > 0 || r.bytelog.records > 0 {
                 notes.push(format!(
                     "journal: replayed {} transaction(s) and {} byte-log record(s) ({} blocks)",
@@ -541,6 +553,7 @@ fn check(
     let mut ck = Checker {
         dev,
         geo,
+        bounds: Bounds::from_superblock(&sb),
         headers: Vec::new(),
         used: vec![false; geo.total_blocks as usize],
         found: Vec::new(),
@@ -651,7 +664,7 @@ fn check(
             if slot.iter().all(|b| *b == 0) {
                 continue;
             }
-            match DiskInode::decode(slot, ino, blk) {
+            match DiskInode::decode(slot, ino, blk, &ck.bounds) {
                 Ok(d) if d.is_free() => {}
                 Ok(_) => ck.err(format!("free inode slot {ino} holds an inode")),
                 Err(e) => ck.err(format!("free inode slot {ino}: {e}")),
@@ -814,10 +827,16 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
             Fix::Parent { ino, parent } => {
                 let (blk, off) = geo.inode_location(*ino);
                 let mut buf = ck.read(blk)?;
-                if let Ok(mut d) = DiskInode::decode(&buf[off..off + INODE_BYTES], *ino, blk) {
+                if let Ok(mut d) =
+                    DiskInode::decode(&buf[off..off + INODE_BYTES], *ino, blk, &ck.bounds)
+                {
                     d.parent = *parent;
                     d.encode_into(&mut buf[off..off + INODE_BYTES], *ino);
                     ck.dev.write_at(blk * bs, &buf)?;
+                }
+                // the link-count fix re-encodes the inode from here: keep the parent
+                if let Some(d) = ck.inodes.get_mut(ino) {
+                    d.parent = *parent;
                 }
                 continue;
             }
@@ -858,7 +877,7 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
             let mut buf = ck.read(blk)?;
             if buf[off..off + INODE_BYTES].iter().any(|b| *b != 0) {
                 let free = matches!(
-                    DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk),
+                    DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk, &ck.bounds),
                     Ok(d) if d.is_free()
                 );
                 if !free {
