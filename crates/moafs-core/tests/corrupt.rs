@@ -495,3 +495,32 @@ fn superblock_fields_that_would_overflow_are_refused() {
     }
     assert!(Superblock::decode(&base[..BS as usize], 0).is_ok());
 }
+
+#[test]
+fn group_free_counts_must_match_the_bitmaps() {
+    use moafs_core::format::fuzzing::Structure;
+    let (base, _) = populated();
+    let g = moafs_core::format::Geometry::from_superblock(&superblock_of(&base));
+    // free blocks (8) and free inodes (12) of group 0: one lower, and 1 (the allocator
+    // subtracted whole extents from it)
+    for (at, value) in [(8usize, 1u32), (12, 1)] {
+        let mut img = base.clone();
+        let s = Structure::GroupHeader {
+            g: 0,
+            block: g.header_block(0),
+        };
+        edit_u32(&mut img, s, at, value);
+        let errors = fsck_errors(&img);
+        assert!(
+            errors.iter().any(|e| e.contains("group 0: free count 1")),
+            "{errors:#?}"
+        );
+        let e = Fs::mount(
+            Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
+            MountOptions::default(),
+        )
+        .err()
+        .expect("mount refuses counts that disagree with the bitmaps");
+        assert!(e.to_string().contains("free counts"), "{e}");
+    }
+}

@@ -199,6 +199,11 @@ pub(crate) fn find_set(map: &[u8], from: u64, to: u64) -> Option<u64> {
     find_bit(map, from, to, true)
 }
 
+/// Clear bits (free blocks or inodes) in `[0, len)`.
+pub(crate) fn count_clear(map: &[u8], len: u64) -> u64 {
+    free_extents(map, 0, len).map(|(_, n)| n).sum()
+}
+
 /// The runs of clear bits (free blocks) in `[from, to)` as (start, length), in order.
 pub(crate) fn free_extents(
     map: &[u8],

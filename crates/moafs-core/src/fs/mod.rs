@@ -891,11 +891,14 @@ fn load_groups(
                 "checksum mismatch",
             ));
         }
-        if hdr.free_blocks > geo.group_len(g) || hdr.free_inodes > geo.inodes_per_group {
+        // the allocator subtracts from these counts: they must be the bitmaps' exactly
+        if hdr.free_blocks as u64 != alloc::count_clear(&bitmap, geo.group_len(g) as u64)
+            || hdr.free_inodes as u64 != alloc::count_clear(&ibitmap, geo.inodes_per_group as u64)
+        {
             return Err(FsError::corrupt(
                 "group header",
                 hblk,
-                "free counts exceed the group",
+                "free counts disagree with the bitmaps",
             ));
         }
         let runs = match run_cap {
