@@ -836,6 +836,12 @@ fn compare(
                     found: free,
                 });
             }
+            if h.dirs > geo.inodes_per_group {
+                ck.err(Finding::DirCount {
+                    group: g,
+                    stored: h.dirs,
+                });
+            }
             if h.free_inodes != ifree {
                 ck.err(Finding::FreeInodesCount {
                     group: g,

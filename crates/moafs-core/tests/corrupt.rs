@@ -501,9 +501,10 @@ fn group_free_counts_must_match_the_bitmaps() {
     use moafs_core::format::fuzzing::Structure;
     let (base, _) = populated();
     let g = moafs_core::format::Geometry::from_superblock(&superblock_of(&base));
-    // free blocks (8) and free inodes (12) of group 0: one lower, and 1 (the allocator
-    // subtracted whole extents from it)
-    for (at, value) in [(8usize, 1u32), (12, 1)] {
+    // free blocks (8) and free inodes (12) of group 0 set to 1 (the allocator subtracted
+    // whole extents from it), directories (16) to u32::MAX (it added to it: found by the
+    // fuzz target `structure`, fuzz/regressions/structure/crash-71d0...)
+    for (at, value) in [(8usize, 1u32), (12, 1), (16, u32::MAX)] {
         let mut img = base.clone();
         let s = Structure::GroupHeader {
             g: 0,
@@ -511,10 +512,12 @@ fn group_free_counts_must_match_the_bitmaps() {
         };
         edit_u32(&mut img, s, at, value);
         let errors = fsck_errors(&img);
-        assert!(
-            errors.iter().any(|e| e.contains("group 0: free count 1")),
-            "{errors:#?}"
-        );
+        let want = if at == 16 {
+            "group 0: directory count 4294967295 exceeds"
+        } else {
+            "group 0: free count 1"
+        };
+        assert!(errors.iter().any(|e| e.contains(want)), "{errors:#?}");
         let e = Fs::mount(
             Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
             MountOptions::default(),

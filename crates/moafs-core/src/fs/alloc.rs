@@ -535,7 +535,7 @@ impl Allocator {
                 set_bit(&mut grp.ibitmap, i, true);
                 grp.hdr.free_inodes -= 1;
                 if is_dir {
-                    grp.hdr.dirs += 1;
+                    grp.hdr.dirs = grp.hdr.dirs.saturating_add(1); // a placement hint
                 }
                 grp.dirty = true;
                 return Some(g as u64 * geo.inodes_per_group as u64 + i + 1);

@@ -891,14 +891,16 @@ fn load_groups(
                 "checksum mismatch",
             ));
         }
-        // the allocator subtracts from these counts: they must be the bitmaps' exactly
+        // the allocator subtracts from these counts: they must be the bitmaps' exactly (and
+        // adds to `dirs`, a count of some of the inodes)
         if hdr.free_blocks as u64 != alloc::count_clear(&bitmap, geo.group_len(g) as u64)
             || hdr.free_inodes as u64 != alloc::count_clear(&ibitmap, geo.inodes_per_group as u64)
+            || hdr.dirs > geo.inodes_per_group
         {
             return Err(FsError::corrupt(
                 "group header",
                 hblk,
-                "free counts disagree with the bitmaps",
+                "free counts disagree with the bitmaps, or more directories than inodes",
             ));
         }
         let runs = match run_cap {

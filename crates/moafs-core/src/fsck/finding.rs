@@ -58,6 +58,11 @@ pub enum Finding {
         stored: u32,
         found: u32,
     },
+    /// A group header counts more directories than the group has inodes.
+    DirCount {
+        group: u32,
+        stored: u32,
+    },
     RootDamaged,
     RootNotDirectory,
     /// An inode that does not decode (crc, or a field outside the format's bounds), or has
@@ -183,7 +188,7 @@ impl Finding {
             BitmapChecksum { .. } | BlocksLeaked { .. } | BlocksMarkedFree { .. } => {
                 "the group's bitmaps are rebuilt from what the walk reached, with their crcs"
             }
-            FreeBlocksCount { .. } | FreeInodesCount { .. } => {
+            FreeBlocksCount { .. } | FreeInodesCount { .. } | DirCount { .. } => {
                 "the group's counters are recounted from the rebuilt bitmaps"
             }
             InodeMarkedFree { .. } | MarkedButFree { .. } => {
@@ -274,6 +279,10 @@ impl fmt::Display for Finding {
             } => write!(
                 f,
                 "group {group}: free count {stored} but the inode bitmap has {found} free inodes"
+            ),
+            DirCount { group, stored } => write!(
+                f,
+                "group {group}: directory count {stored} exceeds the group's inodes"
             ),
             RootDamaged => write!(f, "root inode is free or damaged"),
             RootNotDirectory => write!(f, "root inode is not a directory"),
