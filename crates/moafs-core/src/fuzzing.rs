@@ -270,9 +270,11 @@ pub struct Outcome {
 
 /// Like [`exercise`], with changes: `fsck -n`; mount; walk the tree; in each directory
 /// create, write, mkdir and set xattrs, and on each file write (in and past the direct
-/// blocks), truncate, set a small and a multi-block xattr, fsync; rename and unlink some;
-/// sync and unmount; `fsck -n`, `fsck -y`, and `fsck -n` again after a repair that claims
-/// success. Every error is accepted; a panic (or a repair that leaves errors) is the bug.
+/// blocks), truncate, set a small and a multi-block xattr, fsync; rename (to the root and
+/// into other directories), unlink and remove xattrs of some; sync and unmount; `fsck -n`,
+/// `fsck -y`, and after a repair `fsck -n` again (only what `-y` leaves by design may
+/// remain). Every error is accepted; a panic (or a repair that leaves repairable findings)
+/// is the bug.
 pub fn exercise_mutating(image: Vec<u8>) -> Outcome {
     let mut out = Outcome::default();
     let dev = Arc::new(MemDevice::from_bytes(image));
@@ -360,7 +362,14 @@ pub fn mutate(fs: &Fs, out: &mut Outcome) {
             1 if !is_dir => count(fs.unlink(*dir, name).is_ok()),
             1 => count(fs.rmdir(*dir, name).is_ok()),
             2 => count(fs.removexattr(*ino, b"user.big").is_ok()),
-            _ => {}
+            // into another directory: a directory's move walks its new parent's ancestors
+            _ => {
+                let to_dir = dirs[k % dirs.len()];
+                count(
+                    fs.rename(*dir, name, to_dir, &to, RenameFlags::default())
+                        .is_ok(),
+                )
+            }
         }
         if k % 8 == 7 {
             count(fs.sync().is_ok());
