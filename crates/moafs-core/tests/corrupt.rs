@@ -240,9 +240,24 @@ fn structure_damage_then_mutations_never_panic() {
     let runs: u64 = std::env::var("MOAFS_DAMAGE_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(3000);
+    // A hang fails too: a watchdog ends the process when one image takes 30 s.
+    let progress = Arc::new(std::sync::Mutex::new((0u64, std::time::Instant::now())));
+    let watched = progress.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let (seed, since) = *watched.lock().unwrap_or_else(|e| e.into_inner());
+        if seed == u64::MAX {
+            return; // done
+        }
+        if since.elapsed() > std::time::Duration::from_secs(30) {
+            eprintln!("structure damage: seed {seed} has run for 30 s: a hang");
+            std::process::exit(101);
+        }
+    });
     let (mut noticed, mut mounted, mut ops_ok) = (0u64, 0u64, 0u64);
     for seed in 0..runs {
+        *progress.lock().unwrap_or_else(|e| e.into_inner()) = (seed, std::time::Instant::now());
         let mut rng = StdRng::seed_from_u64(seed);
         let edits = rng.gen_range(1..=3);
         let data: Vec<u8> = (0..edits * moafs_core::fuzzing::EDIT_BYTES)
@@ -260,6 +275,7 @@ fn structure_damage_then_mutations_never_panic() {
         "structure damage: {runs} runs, fsck -n noticed {noticed}, mounted {mounted}, \
          {ops_ok} operations succeeded"
     );
+    *progress.lock().unwrap_or_else(|e| e.into_inner()) = (u64::MAX, std::time::Instant::now());
     // most edits change a checked field: fsck must see them
     assert!(
         noticed * 2 > runs,
