@@ -167,6 +167,27 @@ enum Fix {
 }
 
 impl Checker<'_> {
+    /// Group `g`'s `itable_init` after a repair: as found (all of the table when the header
+    /// is damaged), raised to the end of the table block holding the last reached inode.
+    fn itable_init_after(&self, g: u32) -> u32 {
+        let geo = self.geo;
+        let first = g as u64 * geo.inodes_per_group as u64 + 1;
+        let reached = self
+            .inodes
+            .keys()
+            .filter(|&&i| (first..first + geo.inodes_per_group as u64).contains(&i))
+            .map(|&i| (i - first + 1) as u32)
+            .max()
+            .unwrap_or(0);
+        let ipb = geo.inodes_per_block();
+        let stored = self.headers[g as usize]
+            .as_ref()
+            .map_or(geo.inodes_per_group, |h| h.itable_init);
+        stored
+            .max(reached.div_ceil(ipb) * ipb)
+            .min(geo.inodes_per_group)
+    }
+
     fn read(&self, blk: u64) -> FsResult<Vec<u8>> {
         let mut buf = vec![0u8; self.geo.block_size as usize];
         self.dev
@@ -936,10 +957,9 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
             .write_at(phys * bs, &db.encode(dir, idx, geo.block_size))?;
     }
     for g in 0..geo.group_count {
-        let init = ck.headers[g as usize]
-            .as_ref()
-            .map(|h| h.itable_init.min(geo.inodes_per_group))
-            .unwrap_or(geo.inodes_per_group);
+        // up to the table's initialised end as `rebuild` writes it: a slot it brings in
+        // (a header that said less than the reached inodes need) must not keep old bytes
+        let init = ck.itable_init_after(g);
         for i in 0..init as u64 {
             let ino = g as u64 * geo.inodes_per_group as u64 + i + 1;
             if ck.inodes.contains_key(&ino) {
@@ -1006,9 +1026,8 @@ fn rebuild(ck: &mut Checker<'_>, sb: &Superblock) -> FsResult<()> {
         hdr.group = g;
         hdr.free_blocks = free;
         hdr.free_inodes = ifree;
-        hdr.itable_init = hdr
-            .itable_init
-            .max(init.div_ceil(geo.inodes_per_block()) * geo.inodes_per_block());
+        debug_assert!(init <= ck.itable_init_after(g));
+        hdr.itable_init = ck.itable_init_after(g);
         hdr.dirs = ck
             .inodes
             .iter()

@@ -270,3 +270,33 @@ fn findings_keep_their_words() {
         "directory 3: entry \"x y\" names free inode 9"
     );
 }
+
+#[test]
+fn a_lowered_itable_init_is_repaired_whole() {
+    // group 0's header says only 2 slots are initialised: `d`'s files (inodes 3..) read as
+    // free, their entries go, and the slots that -y's raised itable_init brings back in must
+    // be cleared (found by the fuzz target `structure`)
+    let mut img = image();
+    let hb = img.geo.header_block(0) as usize;
+    let mut hdr =
+        moafs_core::format::GroupHeader::decode(&img.bytes[hb * BS..(hb + 1) * BS], hb as u64, 0)
+            .unwrap();
+    hdr.itable_init = 2;
+    img.bytes[hb * BS..(hb + 1) * BS].copy_from_slice(&hdr.encode(hb as u64, BS as u32));
+    let dev = img.dev();
+    let r = check(&dev, false);
+    assert!(
+        r.errors.contains(&Finding::EntryFreeInode {
+            dir: img.dir,
+            name: "a".into(),
+            ino: img.a,
+        }),
+        "{:#?}",
+        r.errors
+    );
+    let r = check(&dev, true);
+    assert!(r.errors.is_empty(), "{:#?}", r.errors);
+    assert_eq!(r.exit_code(), 1);
+    let r = check(&dev, false);
+    assert!(r.is_clean(), "after -y: {:#?}", r.errors);
+}
