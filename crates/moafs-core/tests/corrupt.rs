@@ -543,3 +543,44 @@ fn group_free_counts_must_match_the_bitmaps() {
         assert!(e.to_string().contains("free counts"), "{e}");
     }
 }
+
+#[test]
+fn counters_at_their_limit_do_not_overflow() {
+    // found by the fuzz target `structure` (fuzz/regressions/structure/crash-3bb1...): a
+    // superblock's mount count at u32::MAX overflowed at mount; a link count near u32::MAX
+    // would at the next link, mkdir or rename into the directory
+    use moafs_core::format::{seal, SB_CRC_AT};
+    let (base, _) = populated();
+    let (dir, file, _, _) = names(&base);
+    let mut img = base.clone();
+    img[56..60].copy_from_slice(&u32::MAX.to_le_bytes());
+    seal(&mut img[..256], SB_CRC_AT, 0);
+    let fs = Fs::mount(
+        Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
+        MountOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(fs.superblock().mount_count, 0, "wraps");
+    fs.unmount().unwrap();
+    for ino in [dir, file] {
+        let mut img = base.clone();
+        edit_inode(&mut img, ino, |d| d.nlink = u32::MAX);
+        let errors = fsck_errors(&img);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(&format!("inode {ino}: link count 4294967295 beyond"))),
+            "{errors:#?}"
+        );
+        let fs = Fs::mount(
+            Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
+            MountOptions::default(),
+        )
+        .unwrap();
+        let e = fs.getattr(ino).expect_err("a link count beyond the limit");
+        assert_eq!(e.to_errno(), libc::EUCLEAN);
+        let _ = fs.link(ino, ROOT_INO, b"another");
+        let _ = fs.mkdir(ino, b"sub", 0o755, ME);
+        fs.unmount().unwrap();
+    }
+}

@@ -7,6 +7,9 @@ pub const INODE_BYTES: usize = 256;
 /// Direct block pointers per inode: a "small file" has at most this many blocks.
 pub const N_DIRECT: usize = 12;
 pub(crate) const CRC_AT: usize = 252;
+/// Most links an inode may have on disk (decode-time rule): far above what moafs makes
+/// (65000), far enough below `u32::MAX` that counting up from it never wraps.
+pub const NLINK_LIMIT: u32 = 1 << 20;
 
 /// An inode as stored. `mode` holds the file type bits and the permission bits as `st_mode`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,6 +104,9 @@ impl DiskInode {
             if ptrs[..i].iter().any(|q| q.1 == p) {
                 return Err(format!("block {p} named by two pointers"));
             }
+        }
+        if self.nlink > NLINK_LIMIT {
+            return Err(format!("link count {} beyond {NLINK_LIMIT}", self.nlink));
         }
         if self.blocks > bounds.geo.data_blocks() {
             return Err(format!(

@@ -308,7 +308,7 @@ impl Fs {
                 l.in_use = active;
             }
             inner.sb.state = STATE_MOUNTED;
-            inner.sb.mount_count += 1;
+            inner.sb.mount_count = inner.sb.mount_count.wrapping_add(1); // a counter only
             inner.write_superblocks_in_place()?;
             if unclean {
                 // Files unlinked while open when the system went down.
