@@ -220,6 +220,10 @@ pub fn batch_header_bytes(b: &[u8]) -> Option<(u64, usize, usize)> {
     if sectors == 0 || bytes < BATCH_HEADER || bytes.div_ceil(LOG_SECTOR) != sectors {
         return None;
     }
+    // numbers count up from here: a batch beyond 2^62 is not one moafs wrote
+    if get_u64(b, 8) >= super::superblock::SEQ_LIMIT {
+        return None;
+    }
     Some((get_u64(b, 8), bytes, sectors))
 }
 

@@ -637,7 +637,7 @@ impl Inner {
             AtimeMode::Relative => {
                 Timespec::from_pair(node.d.mtime) >= atime
                     || Timespec::from_pair(node.d.ctime) >= atime
-                    || now.sec - atime.sec >= 24 * 3600
+                    || now.sec.saturating_sub(atime.sec) >= 24 * 3600
             }
         };
         if due {
