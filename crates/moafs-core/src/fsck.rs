@@ -9,18 +9,21 @@
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{
-    bitmap_crc, decode_indirect, ptrs_per_block, DirBlock, DiskInode, Geometry, GroupHeader,
-    Superblock, XattrBlock, XattrHead, INODE_BYTES, N_DIRECT, STATE_CLEAN,
+    bitmap_crc, decode_indirect, ptrs_per_block, Bounds, DirBlock, DiskInode, Geometry,
+    GroupHeader, Superblock, XattrBlock, XattrHead, INODE_BYTES, N_DIRECT, STATE_CLEAN,
 };
 use crate::fs::read_superblock;
 use std::collections::{HashMap, VecDeque};
 
+mod finding;
+pub use finding::Finding;
+
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct FsckReport {
     /// Inconsistencies found (and not repaired).
-    pub errors: Vec<String>,
+    pub errors: Vec<Finding>,
     /// Inconsistencies found and repaired.
-    pub repaired: Vec<String>,
+    pub repaired: Vec<Finding>,
     pub warnings: Vec<String>,
     pub files: u64,
     pub directories: u64,
@@ -109,24 +112,24 @@ impl FsckReport {
     pub fn is_clean(&self) -> bool {
         self.errors.is_empty() && self.repaired.is_empty()
     }
-    /// e2fsck-style exit code: 0 clean, 1 corrected, 4 uncorrected.
+    /// e2fsck's exit code: 0 clean, 1 errors corrected, 4 errors left uncorrected, both
+    /// bits (5) when some were corrected and some left. (8, an operational error, is an
+    /// `Err` from [`fsck`].)
     pub fn exit_code(&self) -> i32 {
-        if !self.errors.is_empty() {
-            4
-        } else if !self.repaired.is_empty() {
-            1
-        } else {
-            0
-        }
+        let corrected = if self.repaired.is_empty() { 0 } else { 1 };
+        let left = if self.errors.is_empty() { 0 } else { 4 };
+        corrected | left
     }
 }
 
 struct Checker<'a> {
     dev: &'a dyn BlockDevice,
     geo: Geometry,
+    /// What pointers and sizes may be: an inode or block that breaks them is damaged.
+    bounds: Bounds,
     headers: Vec<Option<GroupHeader>>,
     used: Vec<bool>,
-    found: Vec<String>,
+    found: Vec<Finding>,
     /// Links counted from directory entries (plus "." and ".." for directories).
     links: HashMap<u64, u32>,
     inodes: HashMap<u64, DiskInode>,
@@ -157,9 +160,34 @@ enum Fix {
     },
     /// A directory's parent field is set to the directory that lists it.
     Parent { ino: u64, parent: u64 },
+    /// An inode's block count is set to the blocks found below it.
+    Blocks { ino: u64, blocks: u64 },
+    /// A directory's size is set to whole blocks.
+    Size { ino: u64, size: u64 },
 }
 
 impl Checker<'_> {
+    /// Group `g`'s `itable_init` after a repair: as found (all of the table when the header
+    /// is damaged), raised to the end of the table block holding the last reached inode.
+    fn itable_init_after(&self, g: u32) -> u32 {
+        let geo = self.geo;
+        let first = g as u64 * geo.inodes_per_group as u64 + 1;
+        let reached = self
+            .inodes
+            .keys()
+            .filter(|&&i| (first..first + geo.inodes_per_group as u64).contains(&i))
+            .map(|&i| (i - first + 1) as u32)
+            .max()
+            .unwrap_or(0);
+        let ipb = geo.inodes_per_block();
+        let stored = self.headers[g as usize]
+            .as_ref()
+            .map_or(geo.inodes_per_group, |h| h.itable_init);
+        stored
+            .max(reached.div_ceil(ipb) * ipb)
+            .min(geo.inodes_per_group)
+    }
+
     fn read(&self, blk: u64) -> FsResult<Vec<u8>> {
         let mut buf = vec![0u8; self.geo.block_size as usize];
         self.dev
@@ -167,8 +195,8 @@ impl Checker<'_> {
         Ok(buf)
     }
 
-    fn err(&mut self, msg: String) {
-        self.found.push(msg);
+    fn err(&mut self, f: Finding) {
+        self.found.push(f);
     }
 
     fn read_inode(&mut self, ino: u64) -> FsResult<Option<DiskInode>> {
@@ -184,11 +212,14 @@ impl Checker<'_> {
         }
         let (blk, off) = geo.inode_location(ino);
         let buf = self.read(blk)?;
-        match DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk) {
+        match DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk, &self.bounds) {
             Ok(d) if d.is_free() => Ok(None),
             Ok(d) => Ok(Some(d)),
             Err(e) => {
-                self.err(format!("inode {ino}: damaged ({e})"));
+                self.err(Finding::InodeDamaged {
+                    ino,
+                    detail: e.to_string(),
+                });
                 Ok(None)
             }
         }
@@ -202,13 +233,17 @@ impl Checker<'_> {
             || blk - geo.group_start(geo.group_of_block(blk)) < geo.meta_blocks() as u64
             || self.journal.contains(&blk)
         {
-            self.err(format!(
-                "inode {owner}: block pointer {blk} outside the data area"
-            ));
+            self.err(Finding::PointerOutside {
+                ino: owner,
+                block: blk,
+            });
             return false;
         }
         if self.used[blk as usize] {
-            self.err(format!("inode {owner}: block {blk} is used twice"));
+            self.err(Finding::BlockUsedTwice {
+                ino: owner,
+                block: blk,
+            });
             return false;
         }
         self.used[blk as usize] = true;
@@ -251,10 +286,13 @@ impl Checker<'_> {
             return Ok(());
         }
         let buf = self.read(blk)?;
-        let ptrs = match decode_indirect(&buf, blk) {
+        let ptrs = match decode_indirect(&buf, blk, &self.bounds) {
             Ok(p) => p,
             Err(e) => {
-                self.err(format!("inode {ino}: {e}"));
+                self.err(Finding::BlockDamaged {
+                    ino,
+                    detail: e.to_string(),
+                });
                 return Ok(());
             }
         };
@@ -279,17 +317,23 @@ impl Checker<'_> {
         let bs = self.geo.block_size as u64;
         let counted = nblocks;
         if d.blocks != counted {
-            self.err(format!(
-                "inode {ino}: block count {} but {counted} blocks found",
-                d.blocks
-            ));
+            self.err(Finding::BlockCount {
+                ino,
+                stored: d.blocks,
+                found: counted,
+            });
+            self.fixes.push(Fix::Blocks {
+                ino,
+                blocks: counted,
+            });
         }
         let kind = d.mode & libc::S_IFMT;
         if kind == libc::S_IFDIR && !d.size.is_multiple_of(bs) {
-            self.err(format!(
-                "directory {ino}: size {} is not a multiple of the block size",
-                d.size
-            ));
+            self.err(Finding::DirSize { ino, size: d.size });
+            self.fixes.push(Fix::Size {
+                ino,
+                size: d.size - d.size % bs,
+            });
         }
     }
 
@@ -297,11 +341,11 @@ impl Checker<'_> {
         let mut queue = VecDeque::new();
         let root = sb.root_ino;
         let Some(rd) = self.read_inode(root)? else {
-            self.err("root inode is free or damaged".into());
+            self.err(Finding::RootDamaged);
             return Ok(());
         };
         if rd.mode & libc::S_IFMT != libc::S_IFDIR {
-            self.err("root inode is not a directory".into());
+            self.err(Finding::RootNotDirectory);
             return Ok(());
         }
         self.inodes.insert(root, rd);
@@ -319,7 +363,11 @@ impl Checker<'_> {
                 let db = match DirBlock::decode(&buf, dir_ino, idx, phys) {
                     Ok(db) => db,
                     Err(e) => {
-                        self.err(format!("directory {dir_ino}: block {idx} unreadable ({e})"));
+                        self.err(Finding::DirBlockUnreadable {
+                            dir: dir_ino,
+                            index: idx,
+                            detail: e.to_string(),
+                        });
                         self.fixes.push(Fix::EmptyDirBlock { at });
                         continue;
                     }
@@ -347,35 +395,44 @@ impl Checker<'_> {
             name: name.to_vec(),
         };
         if !self.geo.valid_ino(ino) {
-            self.err(format!(
-                "directory {dir}: entry {shown:?} names invalid inode {ino}"
-            ));
+            self.err(Finding::EntryInvalidInode {
+                dir,
+                name: shown,
+                ino,
+            });
             self.fixes.push(remove);
             return Ok(());
         }
         if let Some(d) = self.inodes.get(&ino) {
             if d.mode & libc::S_IFMT == libc::S_IFDIR {
-                self.err(format!(
-                    "directory {dir}: entry {shown:?} is a second link to directory {ino}"
-                ));
+                self.err(Finding::SecondDirLink {
+                    dir,
+                    name: shown,
+                    ino,
+                });
             } else {
                 *self.links.entry(ino).or_default() += 1;
             }
             return Ok(());
         }
         let Some(d) = self.read_inode(ino)? else {
-            self.err(format!(
-                "directory {dir}: entry {shown:?} names free inode {ino}"
-            ));
+            self.err(Finding::EntryFreeInode {
+                dir,
+                name: shown,
+                ino,
+            });
             self.fixes.push(remove);
             return Ok(());
         };
         let is_dir = d.mode & libc::S_IFMT == libc::S_IFDIR;
         let want = crate::fs::FileKind::from_mode(d.mode).map(|k| k.dirent_type());
         if want != Some(kind) {
-            self.err(format!(
-                "directory {dir}: entry {shown:?} type {kind} disagrees with inode {ino}"
-            ));
+            self.err(Finding::EntryType {
+                dir,
+                name: shown.clone(),
+                kind,
+                ino,
+            });
             match want {
                 Some(kind) => self.fixes.push(Fix::EntryType {
                     at,
@@ -385,7 +442,10 @@ impl Checker<'_> {
                 None => {
                     // No valid type at all: treat the inode as damaged.
                     self.fixes.push(remove);
-                    self.err(format!("inode {ino}: damaged (mode {:#o})", d.mode));
+                    self.err(Finding::InodeDamaged {
+                        ino,
+                        detail: format!("mode {:#o}", d.mode),
+                    });
                     return Ok(());
                 }
             }
@@ -394,10 +454,12 @@ impl Checker<'_> {
         *self.links.entry(ino).or_default() += 1;
         if is_dir {
             if d.parent != dir {
-                self.err(format!(
-                    "directory {ino} ({shown:?}): parent is {} but it is listed in {dir}",
-                    d.parent
-                ));
+                self.err(Finding::WrongParent {
+                    ino,
+                    name: shown,
+                    parent: d.parent,
+                    listed_in: dir,
+                });
                 self.fixes.push(Fix::Parent { ino, parent: dir });
             }
             *self.links.entry(ino).or_default() += 1; // its "."
@@ -430,9 +492,12 @@ impl Checker<'_> {
             return Ok(1);
         }
         let buf = self.read(xb)?;
-        match XattrBlock::decode_head(&buf, ino, xb, self.geo.total_blocks) {
+        match XattrBlock::decode_head(&buf, ino, xb, &self.bounds) {
             Err(e) => {
-                self.err(format!("inode {ino}: {e}"));
+                self.err(Finding::BlockDamaged {
+                    ino,
+                    detail: e.to_string(),
+                });
                 Ok(1)
             }
             Ok(XattrHead::Single(_)) => Ok(1),
@@ -452,7 +517,10 @@ impl Checker<'_> {
                     match XattrBlock::decode_cont(&buf, ino, i + 1, c) {
                         Ok(bytes) => first.extend_from_slice(bytes),
                         Err(e) => {
-                            self.err(format!("inode {ino}: {e}"));
+                            self.err(Finding::BlockDamaged {
+                                ino,
+                                detail: e.to_string(),
+                            });
                             whole = false;
                         }
                     }
@@ -460,7 +528,10 @@ impl Checker<'_> {
                 if whole {
                     first.truncate(stream_len);
                     if let Err(e) = XattrBlock::decode_stream(&first, count, xb) {
-                        self.err(format!("inode {ino}: {e}"));
+                        self.err(Finding::BlockDamaged {
+                            ino,
+                            detail: e.to_string(),
+                        });
                     }
                 }
                 Ok(1 + cont.len() as u64)
@@ -488,6 +559,16 @@ pub fn fsck_with(
     if sb.state != STATE_CLEAN && sb.has_journal() {
         if repair {
             let r = crate::fs::journal::replay_with(dev, &sb, tier)?;
+            if r.transactions > 0 {
+                // As a mount does: the floor past what was replayed, so that the next
+                // replay does not apply those transactions again over the repairs below.
+                let mut now = read_superblock(dev)?;
+                if now.journal_seq < r.last_seq {
+                    now.journal_seq = r.last_seq;
+                    dev.write_at(0, &now.encode(now.block_size))?;
+                    dev.flush()?;
+                }
+            }
             if r.transactions > 0 || r.bytelog.records > 0 {
                 notes.push(format!(
                     "journal: replayed {} transaction(s) and {} byte-log record(s) ({} blocks)",
@@ -541,6 +622,7 @@ fn check(
     let mut ck = Checker {
         dev,
         geo,
+        bounds: Bounds::from_superblock(&sb),
         headers: Vec::new(),
         used: vec![false; geo.total_blocks as usize],
         found: Vec::new(),
@@ -559,7 +641,10 @@ fn check(
         let hdr = match GroupHeader::decode(&ck.read(hblk)?, hblk, g) {
             Ok(h) => Some(h),
             Err(e) => {
-                ck.err(format!("group {g}: {e}"));
+                ck.err(Finding::GroupHeader {
+                    group: g,
+                    detail: e.to_string(),
+                });
                 None
             }
         };
@@ -577,10 +662,16 @@ fn check(
         dev.read_at(geo.ibitmap_block(g) * bs, &mut ibm)?;
         if let Some(h) = &hdr {
             if bitmap_crc(&bm, g) != h.bitmap_crc {
-                ck.err(format!("group {g}: block bitmap checksum mismatch"));
+                ck.err(Finding::BitmapChecksum {
+                    group: g,
+                    inodes: false,
+                });
             }
             if bitmap_crc(&ibm, g) != h.ibitmap_crc {
-                ck.err(format!("group {g}: inode bitmap checksum mismatch"));
+                ck.err(Finding::BitmapChecksum {
+                    group: g,
+                    inodes: true,
+                });
             }
         }
         for i in 0..geo.meta_blocks() as u64 {
@@ -601,32 +692,36 @@ fn check(
     let mut primary = vec![0u8; geo.block_size as usize];
     dev.read_at(0, &mut primary)?;
     if let Err(e) = crate::format::Superblock::decode(&primary, 0) {
-        ck.err(format!(
-            "primary superblock: {e} (a backup superblock is intact)"
-        ));
+        ck.err(Finding::PrimarySuperblock {
+            detail: e.to_string(),
+        });
     }
     for g in geo.backup_groups() {
         let b = geo.group_start(g);
         let mut buf = vec![0u8; geo.block_size as usize];
         dev.read_at(b * geo.block_size as u64, &mut buf)?;
         if let Err(e) = crate::format::Superblock::decode(&buf, b) {
-            ck.err(format!("backup superblock in group {g}: {e}"));
+            ck.err(Finding::BackupSuperblock {
+                group: g,
+                detail: e.to_string(),
+            });
         }
     }
     ck.walk(&sb)?;
     for t in targets {
         if !ck.inodes.contains_key(&t.ino) {
-            ck.err(format!(
-                "byte-log record {} names inode {}, which no directory lists",
-                t.seq, t.ino
-            ));
+            ck.err(Finding::RecordUnlisted {
+                seq: t.seq,
+                ino: t.ino,
+            });
         } else if let Some((idx, home)) = t.block {
             if ck.maps[&t.ino].binary_search(&(idx, home)).is_err() {
-                ck.err(format!(
-                    "byte-log record {} is for block {idx} of inode {} at {home}, which the \
-                     inode does not map there",
-                    t.seq, t.ino
-                ));
+                ck.err(Finding::RecordUnmapped {
+                    seq: t.seq,
+                    ino: t.ino,
+                    index: idx,
+                    home,
+                });
             }
         }
     }
@@ -651,10 +746,13 @@ fn check(
             if slot.iter().all(|b| *b == 0) {
                 continue;
             }
-            match DiskInode::decode(slot, ino, blk) {
+            match DiskInode::decode(slot, ino, blk, &ck.bounds) {
                 Ok(d) if d.is_free() => {}
-                Ok(_) => ck.err(format!("free inode slot {ino} holds an inode")),
-                Err(e) => ck.err(format!("free inode slot {ino}: {e}")),
+                Ok(_) => ck.err(Finding::FreeSlotInUse { ino }),
+                Err(e) => ck.err(Finding::FreeSlotDamaged {
+                    ino,
+                    detail: e.to_string(),
+                }),
             }
         }
     }
@@ -670,14 +768,13 @@ fn check(
     report.files = ck.files_count;
     ck.layout.finish();
     report.layout = ck.layout;
-    if repair && !found.is_empty() {
-        let fixable = found.iter().all(|f| is_fixable(f));
-        if fixable {
-            rebuild(&mut ck, &sb)?;
-            report.repaired = found;
-        } else {
-            report.errors = found;
-        }
+    // Repair per finding, unless one says the walk could not account for everything
+    // (`Finding::blocks_repair`): then nothing is changed.
+    if repair && !found.is_empty() && !found.iter().any(Finding::blocks_repair) {
+        rebuild(&mut ck, &sb)?;
+        let (fixed, left) = found.into_iter().partition(|f| f.repair().is_some());
+        report.repaired = fixed;
+        report.errors = left;
     } else {
         report.errors = found;
     }
@@ -691,22 +788,6 @@ fn check(
         report.repaired.len()
     );
     Ok(report)
-}
-
-/// Findings that `rebuild` can fix (derived state: bitmaps, counters, link counts, orphans).
-fn is_fixable(f: &str) -> bool {
-    f.contains("superblock") && !f.contains("smaller")
-        || f.contains("names invalid inode")
-        || f.contains("names free inode")
-        || f.contains(": damaged (")
-        || f.contains("unreadable (")
-        || f.contains("disagrees with inode")
-        || f.contains("but it is listed in")
-        || f.contains("free inode slot")
-        || f.contains("bitmap")
-        || f.contains("free count")
-        || f.contains("link count")
-        || f.contains("unreachable")
 }
 
 fn compare(
@@ -735,14 +816,16 @@ fn compare(
             }
         }
         if leaked > 0 {
-            ck.err(format!(
-                "group {g}: {leaked} block(s) marked used in the bitmap but not referenced"
-            ));
+            ck.err(Finding::BlocksLeaked {
+                group: g,
+                count: leaked,
+            });
         }
         if missing > 0 {
-            ck.err(format!(
-                "group {g}: {missing} referenced block(s) marked free in the bitmap"
-            ));
+            ck.err(Finding::BlocksMarkedFree {
+                group: g,
+                count: missing,
+            });
         }
         let mut ifree = 0u32;
         for i in 0..geo.inodes_per_group as u64 {
@@ -753,32 +836,39 @@ fn compare(
                 ifree += 1;
             }
             if reached && !on {
-                ck.err(format!("inode {ino}: in use but free in the inode bitmap"));
+                ck.err(Finding::InodeMarkedFree { ino });
             }
             if on && !reached {
                 let what = match ck.read_inode(ino)? {
-                    Some(d) => {
-                        format!("inode {ino}: allocated (nlink {}) but unreachable", d.nlink)
-                    }
-                    None => {
-                        format!("inode {ino}: marked in the inode bitmap but free (unreachable)")
-                    }
+                    Some(d) => Finding::Unreachable {
+                        ino,
+                        nlink: d.nlink,
+                    },
+                    None => Finding::MarkedButFree { ino },
                 };
                 ck.err(what);
             }
         }
         if let Some(h) = ck.headers[g as usize].clone() {
             if h.free_blocks != free {
-                ck.err(format!(
-                    "group {g}: free count {} but the bitmap has {free} free blocks",
-                    h.free_blocks
-                ));
+                ck.err(Finding::FreeBlocksCount {
+                    group: g,
+                    stored: h.free_blocks,
+                    found: free,
+                });
+            }
+            if h.dirs > geo.inodes_per_group {
+                ck.err(Finding::DirCount {
+                    group: g,
+                    stored: h.dirs,
+                });
             }
             if h.free_inodes != ifree {
-                ck.err(format!(
-                    "group {g}: free count {} but the inode bitmap has {ifree} free inodes",
-                    h.free_inodes
-                ));
+                ck.err(Finding::FreeInodesCount {
+                    group: g,
+                    stored: h.free_inodes,
+                    found: ifree,
+                });
             }
         }
     }
@@ -786,13 +876,17 @@ fn compare(
     for (ino, d) in &ck.inodes {
         let counted = ck.links.get(ino).copied().unwrap_or(0);
         if d.nlink != counted {
-            bad_links.push(format!(
-                "inode {ino}: link count {} but {counted} links found",
-                d.nlink
-            ));
+            bad_links.push(Finding::LinkCount {
+                ino: *ino,
+                stored: d.nlink,
+                found: counted,
+            });
         }
     }
-    bad_links.sort();
+    bad_links.sort_by_key(|f| match f {
+        Finding::LinkCount { ino, .. } => *ino,
+        _ => 0,
+    });
     ck.found.extend(bad_links);
     let _ = report;
     Ok(())
@@ -811,13 +905,31 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
             Fix::EmptyDirBlock { at } | Fix::RemoveEntry { at, .. } | Fix::EntryType { at, .. } => {
                 *at
             }
+            Fix::Blocks { ino, blocks } => {
+                if let Some(d) = ck.inodes.get_mut(ino) {
+                    d.blocks = *blocks; // written by `rebuild` with the link counts
+                }
+                continue;
+            }
+            Fix::Size { ino, size } => {
+                if let Some(d) = ck.inodes.get_mut(ino) {
+                    d.size = *size;
+                }
+                continue;
+            }
             Fix::Parent { ino, parent } => {
                 let (blk, off) = geo.inode_location(*ino);
                 let mut buf = ck.read(blk)?;
-                if let Ok(mut d) = DiskInode::decode(&buf[off..off + INODE_BYTES], *ino, blk) {
+                if let Ok(mut d) =
+                    DiskInode::decode(&buf[off..off + INODE_BYTES], *ino, blk, &ck.bounds)
+                {
                     d.parent = *parent;
                     d.encode_into(&mut buf[off..off + INODE_BYTES], *ino);
                     ck.dev.write_at(blk * bs, &buf)?;
+                }
+                // the link-count fix re-encodes the inode from here: keep the parent
+                if let Some(d) = ck.inodes.get_mut(ino) {
+                    d.parent = *parent;
                 }
                 continue;
             }
@@ -837,7 +949,7 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
                     e.kind = kind;
                 }
             }
-            Fix::Parent { .. } => {}
+            Fix::Parent { .. } | Fix::Blocks { .. } | Fix::Size { .. } => {}
         }
     }
     for ((dir, idx, phys), db) in blocks {
@@ -845,10 +957,9 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
             .write_at(phys * bs, &db.encode(dir, idx, geo.block_size))?;
     }
     for g in 0..geo.group_count {
-        let init = ck.headers[g as usize]
-            .as_ref()
-            .map(|h| h.itable_init.min(geo.inodes_per_group))
-            .unwrap_or(geo.inodes_per_group);
+        // up to the table's initialised end as `rebuild` writes it: a slot it brings in
+        // (a header that said less than the reached inodes need) must not keep old bytes
+        let init = ck.itable_init_after(g);
         for i in 0..init as u64 {
             let ino = g as u64 * geo.inodes_per_group as u64 + i + 1;
             if ck.inodes.contains_key(&ino) {
@@ -858,7 +969,7 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
             let mut buf = ck.read(blk)?;
             if buf[off..off + INODE_BYTES].iter().any(|b| *b != 0) {
                 let free = matches!(
-                    DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk),
+                    DiskInode::decode(&buf[off..off + INODE_BYTES], ino, blk, &ck.bounds),
                     Ok(d) if d.is_free()
                 );
                 if !free {
@@ -879,12 +990,13 @@ fn rebuild(ck: &mut Checker<'_>, sb: &Superblock) -> FsResult<()> {
     let mut free_inodes = 0u64;
     let inodes: Vec<(u64, DiskInode)> = ck.inodes.iter().map(|(i, d)| (*i, d.clone())).collect();
     for (ino, mut d) in inodes {
-        let counted = ck.links.get(&ino).copied().unwrap_or(0);
-        if d.nlink != counted {
-            d.nlink = counted;
-            let (blk, off) = geo.inode_location(ino);
-            let mut buf = ck.read(blk)?;
-            d.encode_into(&mut buf[off..off + INODE_BYTES], ino);
+        // link counts here, block counts, sizes and parents from `salvage`'s fixes
+        d.nlink = ck.links.get(&ino).copied().unwrap_or(0);
+        let (blk, off) = geo.inode_location(ino);
+        let mut buf = ck.read(blk)?;
+        let slot = &mut buf[off..off + INODE_BYTES];
+        if DiskInode::decode_unchecked(slot, ino, blk).ok().as_ref() != Some(&d) {
+            d.encode_into(slot, ino);
             ck.dev.write_at(blk * bs, &buf)?;
         }
     }
@@ -914,9 +1026,8 @@ fn rebuild(ck: &mut Checker<'_>, sb: &Superblock) -> FsResult<()> {
         hdr.group = g;
         hdr.free_blocks = free;
         hdr.free_inodes = ifree;
-        hdr.itable_init = hdr
-            .itable_init
-            .max(init.div_ceil(geo.inodes_per_block()) * geo.inodes_per_block());
+        debug_assert!(init <= ck.itable_init_after(g));
+        hdr.itable_init = ck.itable_init_after(g);
         hdr.dirs = ck
             .inodes
             .iter()

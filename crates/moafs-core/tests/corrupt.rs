@@ -58,6 +58,7 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     fs.unmount().unwrap();
     let sb = moafs_core::fs::read_superblock(mem.as_ref()).unwrap();
     let g = moafs_core::format::Geometry::from_superblock(&sb);
+    let bounds = moafs_core::format::Bounds::from_superblock(&sb);
     // Find the blocks of a directory, an indirect block and the xattr block through fsck's
     // view: read the inodes directly.
     let fs = Fs::mount(mem.clone() as Arc<dyn BlockDevice>, MountOptions::default()).unwrap();
@@ -68,7 +69,7 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
         let (blk, off) = g.inode_location(ino);
         let mut b = vec![0u8; BS as usize];
         mem.read_at(blk * BS, &mut b).unwrap();
-        moafs_core::format::DiskInode::decode(&b[off..off + 256], ino, blk).unwrap()
+        moafs_core::format::DiskInode::decode(&b[off..off + 256], ino, blk, &bounds).unwrap()
     };
     let bi = inode(big_attr.ino);
     let di = inode(dir_attr.ino);
@@ -79,7 +80,7 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
         &head,
         dir_attr.ino,
         di.xattr_block as u64,
-        g.total_blocks,
+        &bounds,
     )
     .unwrap()
     {
@@ -214,5 +215,372 @@ fn fsck_y_salvages_damaged_directories_and_inodes() {
         fs.unmount().unwrap();
         let r = moafs_core::fsck::fsck(dev.as_ref(), false).unwrap();
         assert!(r.errors.is_empty(), "{what}: after use: {:#?}", r.errors);
+    }
+}
+
+/// Structure-level damage (`moafs_core::fuzzing::damage`: fields of an inode, directory,
+/// indirect, xattr block, group header or superblock set to chosen values, crc re-sealed),
+/// then the mutating exercise (create, write, truncate, unlink, rename, mkdir, setxattr,
+/// fsync, unmount, fsck -n, fsck -y): seeded, so a failure replays. The fuzz target
+/// `structure` does the same with fuzzer-chosen edits.
+#[test]
+fn structure_damage_then_mutations_never_panic() {
+    let (base, _) = populated();
+    let structures = moafs_core::fuzzing::structures(&base);
+    assert!(
+        structures.len() > 50,
+        "few structures found: {}",
+        structures.len()
+    );
+    let pristine = moafs_core::fuzzing::exercise_mutating(base.clone());
+    assert!(
+        !pristine.noticed && pristine.mounted,
+        "pristine: {pristine:?}"
+    );
+    let runs: u64 = std::env::var("MOAFS_DAMAGE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
+    // A hang fails too: a watchdog ends the process when one image takes 30 s.
+    let progress = Arc::new(std::sync::Mutex::new((0u64, std::time::Instant::now())));
+    let watched = progress.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let (seed, since) = *watched.lock().unwrap_or_else(|e| e.into_inner());
+        if seed == u64::MAX {
+            return; // done
+        }
+        if since.elapsed() > std::time::Duration::from_secs(30) {
+            eprintln!("structure damage: seed {seed} has run for 30 s: a hang");
+            std::process::exit(101);
+        }
+    });
+    let (mut noticed, mut mounted, mut ops_ok) = (0u64, 0u64, 0u64);
+    for seed in 0..runs {
+        *progress.lock().unwrap_or_else(|e| e.into_inner()) = (seed, std::time::Instant::now());
+        let mut rng = StdRng::seed_from_u64(seed);
+        let edits = rng.gen_range(1..=3);
+        let data: Vec<u8> = (0..edits * moafs_core::fuzzing::EDIT_BYTES)
+            .map(|_| rng.gen())
+            .collect();
+        let mut img = base.clone();
+        let touched = moafs_core::fuzzing::damage(&mut img, &structures, &data);
+        eprintln!("seed {seed}: {touched:?}");
+        let o = moafs_core::fuzzing::exercise_mutating(img);
+        noticed += o.noticed as u64;
+        mounted += o.mounted as u64;
+        ops_ok += o.ops_ok as u64;
+    }
+    eprintln!(
+        "structure damage: {runs} runs, fsck -n noticed {noticed}, mounted {mounted}, \
+         {ops_ok} operations succeeded"
+    );
+    *progress.lock().unwrap_or_else(|e| e.into_inner()) = (u64::MAX, std::time::Instant::now());
+    // most edits change a checked field: fsck must see them
+    assert!(
+        noticed * 2 > runs,
+        "fsck -n noticed only {noticed} of {runs}"
+    );
+}
+
+// ---- known defects of hostile images, one test each ---------------------------------------
+
+/// Inode numbers of the populated image's files: (dir, a file in it, big, link).
+fn names(base: &[u8]) -> (u64, u64, u64, u64) {
+    let fs = Fs::mount(
+        Arc::new(MemDevice::from_bytes(base.to_vec())) as Arc<dyn BlockDevice>,
+        MountOptions::default(),
+    )
+    .unwrap();
+    let dir = fs.lookup(ROOT_INO, b"dir").unwrap().ino;
+    let file = fs.lookup(dir, b"file-3").unwrap().ino;
+    let big = fs.lookup(ROOT_INO, b"big").unwrap().ino;
+    let link = fs.lookup(ROOT_INO, b"link").unwrap().ino;
+    fs.unmount().unwrap();
+    (dir, file, big, link)
+}
+
+fn superblock_of(img: &[u8]) -> moafs_core::format::Superblock {
+    moafs_core::fs::read_superblock(&MemDevice::from_bytes(img.to_vec())).unwrap()
+}
+
+/// Changes inode `ino` of `img` with `f` and stores it with a valid crc.
+fn edit_inode(img: &mut [u8], ino: u64, f: impl FnOnce(&mut moafs_core::format::DiskInode)) {
+    let g = moafs_core::format::Geometry::from_superblock(&superblock_of(img));
+    let (blk, off) = g.inode_location(ino);
+    let at = (blk * BS) as usize + off;
+    let mut d =
+        moafs_core::format::DiskInode::decode_unchecked(&img[at..at + 256], ino, blk).unwrap();
+    f(&mut d);
+    d.encode_into(&mut img[at..at + 256], ino);
+}
+
+/// Sets u32 `at` of `structure`'s block to `value` and re-seals it.
+fn edit_u32(img: &mut [u8], s: moafs_core::format::fuzzing::Structure, at: usize, value: u32) {
+    let b = (s.block() * BS) as usize;
+    img[b + at..b + at + 4].copy_from_slice(&value.to_le_bytes());
+    s.reseal(&mut img[b..b + BS as usize]);
+}
+
+fn fsck_errors(img: &[u8]) -> Vec<String> {
+    let dev = MemDevice::from_bytes(img.to_vec());
+    let r = moafs_core::fsck::fsck(&dev, false).expect("fsck runs");
+    r.errors.iter().map(|e| e.to_string()).collect()
+}
+
+#[test]
+fn pointers_outside_the_data_area_read_as_corrupt_and_never_panic() {
+    use moafs_core::format::fuzzing::Structure;
+    let (base, structures) = populated();
+    let (dir, file, big, _) = names(&base);
+    let sb = superblock_of(&base);
+    let g = moafs_core::format::Geometry::from_superblock(&sb);
+    let total = g.total_blocks as u32;
+    let find = |n: &str| structures.iter().find(|s| s.0 == n).expect("structure").1;
+    let (ind, xhead) = (find("indirect block"), find("xattr head block"));
+    type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, u64, Edit)> = vec![
+        (
+            "direct pointer past the image",
+            file,
+            Box::new(move |img| edit_inode(img, file, |d| d.direct[0] = total + 7)),
+        ),
+        (
+            "direct pointer at the last u32",
+            file,
+            Box::new(move |img| edit_inode(img, file, |d| d.direct[1] = u32::MAX)),
+        ),
+        (
+            "direct pointer into group 1's header",
+            file,
+            Box::new(move |img| edit_inode(img, file, |d| d.direct[0] = g.header_block(1) as u32)),
+        ),
+        (
+            "direct pointer into the journal",
+            file,
+            Box::new(move |img| {
+                edit_inode(img, file, |d| d.direct[0] = sb.journal_start as u32 + 3)
+            }),
+        ),
+        (
+            "indirect root past the image",
+            big,
+            Box::new(move |img| edit_inode(img, big, |d| d.indirect[0] = total + 100)),
+        ),
+        (
+            "xattr pointer into an inode table",
+            big,
+            Box::new(move |img| edit_inode(img, big, |d| d.xattr_block = g.itable_block(0) as u32)),
+        ),
+        (
+            "pointer in the indirect block past the image",
+            big,
+            Box::new(move |img| {
+                let s = Structure::Indirect { block: ind };
+                edit_u32(img, s, 4 * 5, total + 1)
+            }),
+        ),
+        (
+            "xattr continuation into group 1's bitmap",
+            dir,
+            Box::new(move |img| {
+                let s = Structure::XattrHead {
+                    ino: dir,
+                    block: xhead,
+                };
+                edit_u32(img, s, 20, g.bitmap_block(1) as u32)
+            }),
+        ),
+    ];
+    for (what, victim, edit) in cases {
+        let mut img = base.clone();
+        edit(&mut img);
+        let errors = fsck_errors(&img);
+        assert!(
+            errors.iter().any(|e| e.contains("outside the data area")),
+            "{what}: fsck -n did not report the pointer: {errors:#?}"
+        );
+        let dev = Arc::new(MemDevice::from_bytes(img));
+        let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, MountOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: mount: {e}"));
+        // the damaged inode reads as corrupt (EUCLEAN) where the pointer is needed
+        let got = if victim == dir {
+            fs.listxattr(victim).map(|_| ())
+        } else if victim == big {
+            fs.read(victim, 0, 200 * 4096)
+                .map(|_| ())
+                .and(fs.getxattr(victim, b"user.k").map(|_| ()))
+        } else {
+            fs.read(victim, 0, 4096).map(|_| ())
+        };
+        let e = got.expect_err(what);
+        assert_eq!(e.to_errno(), libc::EUCLEAN, "{what}: {e}");
+        // and everything else goes on without a panic: changes, frees, reuse, unmount
+        let _ = fs.write(victim, 0, &[1; 9000]);
+        let _ = fs.setattr(
+            victim,
+            &moafs_core::fs::SetAttr {
+                size: Some(0),
+                ..Default::default()
+            },
+        );
+        let _ = fs.setxattr(victim, b"user.x", &[2; 5000], Default::default());
+        let _ = fs.unlink(dir, b"file-3");
+        let _ = fs.unlink(ROOT_INO, b"big");
+        for round in 0..3 {
+            for i in 0..20 {
+                let name = format!("after-{round}-{i}");
+                if let Ok(a) = fs.create(ROOT_INO, name.as_bytes(), 0o644, ME) {
+                    let _ = fs.write(a.ino, 0, &[3; 20_000]);
+                }
+            }
+            let _ = fs.sync();
+        }
+        let _ = fs.unmount();
+        let _ = moafs_core::fsck::fsck(dev.as_ref(), false);
+    }
+}
+
+#[test]
+fn a_directory_with_a_huge_size_is_corrupt_not_a_hang() {
+    let (base, _) = populated();
+    let (dir, _, _, _) = names(&base);
+    let mut img = base.clone();
+    edit_inode(&mut img, dir, |d| d.size = 1 << 40);
+    let errors = fsck_errors(&img);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains(&format!("inode {dir}")) && e.contains("needs more than its")),
+        "fsck -n passed a directory of 1 TiB in a few blocks: {errors:#?}"
+    );
+    let dev = Arc::new(MemDevice::from_bytes(img));
+    let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, MountOptions::default()).unwrap();
+    let t = std::time::Instant::now();
+    let e = fs
+        .lookup(dir, b"file-1")
+        .expect_err("lookup in a corrupt directory");
+    assert_eq!(e.to_errno(), libc::EUCLEAN, "{e}");
+    assert!(fs.readdir(dir, 0, 100).is_err());
+    assert!(fs.create(dir, b"new", 0o644, ME).is_err());
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    fs.unmount().unwrap();
+}
+
+#[test]
+fn a_symlink_with_a_huge_size_is_corrupt() {
+    let (base, _) = populated();
+    let (_, _, _, link) = names(&base);
+    for size in [4096u64, 1 << 31, u64::MAX] {
+        let mut img = base.clone();
+        edit_inode(&mut img, link, |d| d.size = size);
+        let errors = fsck_errors(&img);
+        assert!(
+            errors.iter().any(|e| e.contains(&format!("inode {link}"))),
+            "size {size}: fsck -n: {errors:#?}"
+        );
+        let fs = Fs::mount(
+            Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
+            MountOptions::default(),
+        )
+        .unwrap();
+        let e = fs.readlink(link).expect_err("readlink");
+        assert_eq!(e.to_errno(), libc::EUCLEAN, "size {size}: {e}");
+        fs.unmount().unwrap();
+    }
+}
+
+#[test]
+fn superblock_fields_that_would_overflow_are_refused() {
+    use moafs_core::format::{seal, Superblock, SB_CRC_AT};
+    let (base, _) = populated();
+    // (byte offset, value): journal start, byte-log start, journal floor, byte-log floor
+    for (at, value) in [
+        (152usize, u64::MAX - 3),
+        (176, u64::MAX - 1),
+        (168, u64::MAX),
+        (192, u64::MAX),
+    ] {
+        let mut b = base[..BS as usize].to_vec();
+        b[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        seal(&mut b[..256], SB_CRC_AT, 0);
+        assert!(
+            Superblock::decode(&b, 0).is_err(),
+            "field at {at} = {value:#x} accepted"
+        );
+    }
+    assert!(Superblock::decode(&base[..BS as usize], 0).is_ok());
+}
+
+#[test]
+fn group_free_counts_must_match_the_bitmaps() {
+    use moafs_core::format::fuzzing::Structure;
+    let (base, _) = populated();
+    let g = moafs_core::format::Geometry::from_superblock(&superblock_of(&base));
+    // free blocks (8) and free inodes (12) of group 0 set to 1 (the allocator subtracted
+    // whole extents from it), directories (16) to u32::MAX (it added to it: found by the
+    // fuzz target `structure`, fuzz/regressions/structure/crash-71d0...)
+    for (at, value) in [(8usize, 1u32), (12, 1), (16, u32::MAX)] {
+        let mut img = base.clone();
+        let s = Structure::GroupHeader {
+            g: 0,
+            block: g.header_block(0),
+        };
+        edit_u32(&mut img, s, at, value);
+        let errors = fsck_errors(&img);
+        let want = if at == 16 {
+            "group 0: directory count 4294967295 exceeds"
+        } else {
+            "group 0: free count 1"
+        };
+        assert!(errors.iter().any(|e| e.contains(want)), "{errors:#?}");
+        let e = Fs::mount(
+            Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
+            MountOptions::default(),
+        )
+        .err()
+        .expect("mount refuses counts that disagree with the bitmaps");
+        assert!(e.to_string().contains("free counts"), "{e}");
+    }
+}
+
+#[test]
+fn counters_at_their_limit_do_not_overflow() {
+    // found by the fuzz target `structure` (fuzz/regressions/structure/crash-3bb1...): a
+    // superblock's mount count at u32::MAX overflowed at mount; a link count near u32::MAX
+    // would at the next link, mkdir or rename into the directory
+    use moafs_core::format::{seal, SB_CRC_AT};
+    let (base, _) = populated();
+    let (dir, file, _, _) = names(&base);
+    let mut img = base.clone();
+    img[56..60].copy_from_slice(&u32::MAX.to_le_bytes());
+    seal(&mut img[..256], SB_CRC_AT, 0);
+    let fs = Fs::mount(
+        Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
+        MountOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(fs.superblock().mount_count, 0, "wraps");
+    fs.unmount().unwrap();
+    for ino in [dir, file] {
+        let mut img = base.clone();
+        edit_inode(&mut img, ino, |d| d.nlink = u32::MAX);
+        let errors = fsck_errors(&img);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(&format!("inode {ino}: link count 4294967295 beyond"))),
+            "{errors:#?}"
+        );
+        let fs = Fs::mount(
+            Arc::new(MemDevice::from_bytes(img)) as Arc<dyn BlockDevice>,
+            MountOptions::default(),
+        )
+        .unwrap();
+        let e = fs.getattr(ino).expect_err("a link count beyond the limit");
+        assert_eq!(e.to_errno(), libc::EUCLEAN);
+        let _ = fs.link(ino, ROOT_INO, b"another");
+        let _ = fs.mkdir(ino, b"sub", 0o755, ME);
+        fs.unmount().unwrap();
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct FsckArgs {
     pub(crate) image: PathBuf,
 }
 
+/// Exit code as e2fsck's: 0 clean, 1 errors corrected, 4 errors left uncorrected (5: both),
+/// 8 an operational error (the image cannot be opened or read).
 pub(crate) fn cmd_fsck(a: &FsckArgs) -> u8 {
     let repair = (a.yes || a.auto || a.preen) && !a.no;
     let _ = a.force;
@@ -64,13 +66,16 @@ pub(crate) fn cmd_fsck(a: &FsckArgs) -> u8 {
         say!("warning: {w}");
     }
     for r in &rep.repaired {
-        say!("repaired: {r}");
+        say!("repaired: {r} ({})", r.repair().unwrap_or("rebuilt"));
     }
     for e in &rep.errors {
-        say!("error: {e}");
+        match e.repair() {
+            Some(how) if !repair => say!("error: {e} (-y: {how})"),
+            _ => say!("error: {e}"),
+        }
     }
     say!("{}: {}", a.image.display(), rep.summary);
-    if !rep.errors.is_empty() && !repair {
+    if rep.errors.iter().any(|e| e.repair().is_some()) && !repair {
         say!("run `moafs fsck -y {}` to repair", a.image.display());
     }
     rep.exit_code().clamp(0, 255) as u8

@@ -220,6 +220,10 @@ pub fn batch_header_bytes(b: &[u8]) -> Option<(u64, usize, usize)> {
     if sectors == 0 || bytes < BATCH_HEADER || bytes.div_ceil(LOG_SECTOR) != sectors {
         return None;
     }
+    // numbers count up from here: a batch beyond 2^62 is not one moafs wrote
+    if get_u64(b, 8) >= super::superblock::SEQ_LIMIT {
+        return None;
+    }
     Some((get_u64(b, 8), bytes, sectors))
 }
 
@@ -257,6 +261,15 @@ pub fn decode_batch(b: &[u8], salt: u64, block_size: u32) -> FsResult<Option<Bat
         ));
     }
     let count = get_u32(b, 4) as usize;
+    // every record has a header: more than the bytes can hold is a lie (decode-time bound,
+    // before anything is allocated for them)
+    if count > (bytes - BATCH_HEADER) / RECORD_HEADER {
+        return Err(FsError::corrupt(
+            "byte log",
+            0,
+            format!("batch of records {seq}.. claims {count} records in {bytes} bytes"),
+        ));
+    }
     let mut out = Vec::with_capacity(count);
     let mut at = BATCH_HEADER;
     for k in 0..count {
@@ -382,6 +395,19 @@ mod tests {
                 !matches!(decode_batch(&c, 99, 4096), Ok(Some(_))),
                 "byte {i}"
             );
+        }
+    }
+
+    #[test]
+    fn a_record_count_beyond_the_bytes_is_refused_before_allocating() {
+        let b = encode_batch(&sample(), 99);
+        let bytes = get_u32(&b, 16) as usize;
+        for count in [u32::MAX, 1 << 24, 3] {
+            let mut c = b.clone();
+            c[4..8].copy_from_slice(&count.to_le_bytes());
+            let crc = crate::format::crc_with_hole(&c[..bytes], 28, 99);
+            c[28..32].copy_from_slice(&crc.to_le_bytes());
+            assert!(decode_batch(&c, 99, 4096).is_err(), "count {count}");
         }
     }
 

@@ -74,6 +74,13 @@ impl DirBlock {
                 "used bytes exceed block",
             ));
         }
+        if count > used / (DIR_ENTRY_FIXED + 1) {
+            return Err(FsError::corrupt(
+                "directory block",
+                block,
+                "more entries than the used bytes hold",
+            ));
+        }
         let end = DIR_HEADER_BYTES + used;
         let mut pos = DIR_HEADER_BYTES;
         let mut entries = Vec::with_capacity(count);

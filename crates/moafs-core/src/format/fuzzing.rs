@@ -4,8 +4,8 @@
 
 use super::journal::{Commit, Descriptor};
 use super::{
-    decode_indirect, dir_salt, seal, DirBlock, DiskInode, GroupHeader, Superblock, XattrBlock,
-    INODE_BYTES, SB_CRC_AT,
+    decode_indirect, dir_salt, seal, Bounds, DirBlock, DiskInode, Geometry, GroupHeader,
+    Superblock, XattrBlock, INODE_BYTES, SB_CRC_AT,
 };
 
 /// Structures a fuzz input can be decoded as (`kind % COUNT`).
@@ -37,13 +37,15 @@ pub fn decode_resealed(kind: u8, data: &[u8]) -> usize {
 }
 
 fn decode(kind: u8, b: &[u8]) -> usize {
+    // 4 GiB of 4 KiB blocks in 32 groups, no journal: most pointers are plausible
+    let bounds = Bounds::without_log(Geometry::new(4096, 1 << 20, 32768, 8192));
     let ok = match kind % COUNT {
         0 => Superblock::decode(b, 0).is_ok(),
         1 => GroupHeader::decode(b, 7, 0).is_ok(),
-        2 => DiskInode::decode(&b[..INODE_BYTES], 5, 0).is_ok(),
+        2 => DiskInode::decode(&b[..INODE_BYTES], 5, 0, &bounds).is_ok(),
         3 => DirBlock::decode(b, 5, 0, 0).is_ok(),
-        4 => decode_indirect(b, 7).is_ok(),
-        5 => match XattrBlock::decode_head(b, 5, 0, 1 << 20) {
+        4 => decode_indirect(b, 7, &bounds).is_ok(),
+        5 => match XattrBlock::decode_head(b, 5, 0, &bounds) {
             Ok(crate::format::XattrHead::Large {
                 count,
                 stream_len,
@@ -60,6 +62,148 @@ fn decode(kind: u8, b: &[u8]) -> usize {
         _ => matches!(Commit::decode(b, 9, 0), Ok(Some(_))),
     };
     ok as usize
+}
+
+/// A structure of an image that structure-level damage can change: where it is and what its
+/// crc is salted with, so that the damage is re-sealed and reaches the checks behind the crc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Structure {
+    /// The primary superblock (block 0, first 256 bytes).
+    Superblock,
+    /// Group `g`'s header at block `block`.
+    GroupHeader {
+        g: u32,
+        block: u64,
+    },
+    /// The 256-byte slot of inode `ino` at byte `off` of inode-table block `block`.
+    Inode {
+        ino: u64,
+        block: u64,
+        off: usize,
+    },
+    /// Logical block `index` of directory `ino`.
+    Dir {
+        ino: u64,
+        index: u64,
+        block: u64,
+    },
+    Indirect {
+        block: u64,
+    },
+    /// The block `xattr_block` of inode `ino` points to ("MXAT" or "MXAL").
+    XattrHead {
+        ino: u64,
+        block: u64,
+    },
+    /// Continuation `i` (1-based) of inode `ino`'s xattr set.
+    XattrCont {
+        ino: u64,
+        i: usize,
+        block: u64,
+    },
+}
+
+/// A field: byte offset inside the structure and width in bytes (1, 2, 4 or 8).
+pub type Field = (usize, usize);
+
+impl Structure {
+    /// The block holding the structure.
+    pub fn block(&self) -> u64 {
+        match *self {
+            Structure::Superblock => 0,
+            Structure::GroupHeader { block, .. }
+            | Structure::Inode { block, .. }
+            | Structure::Dir { block, .. }
+            | Structure::Indirect { block }
+            | Structure::XattrHead { block, .. }
+            | Structure::XattrCont { block, .. } => block,
+        }
+    }
+
+    /// (first byte inside the block, bytes) covered by the structure's crc.
+    pub fn span(&self, block_size: usize) -> (usize, usize) {
+        match *self {
+            Structure::Superblock => (0, 256),
+            Structure::GroupHeader { .. } => (0, 64),
+            Structure::Inode { off, .. } => (off, INODE_BYTES),
+            _ => (0, block_size),
+        }
+    }
+
+    /// The fields a decoder reads (offsets inside the span); damage prefers these.
+    pub fn fields(&self, block_size: usize) -> Vec<Field> {
+        let mut f: Vec<Field> = match self {
+            Structure::Superblock => vec![
+                (8, 4),
+                (12, 4),
+                (16, 8),
+                (24, 4),
+                (28, 4),
+                (96, 8),
+                (152, 8),
+                (160, 4),
+                (168, 8),
+                (176, 8),
+                (184, 4),
+                (188, 4),
+                (192, 8),
+                (232, 8),
+            ],
+            Structure::GroupHeader { .. } => vec![(4, 4), (8, 4), (12, 4), (16, 4), (32, 4)],
+            Structure::Inode { .. } => {
+                let mut v = vec![(0, 4), (12, 4), (16, 8), (24, 8), (92, 4), (160, 8)];
+                v.extend((0..15).map(|i| (96 + 4 * i, 4)));
+                v
+            }
+            Structure::Dir { .. } => {
+                // header, then the fields of the first entries (ino, type, name_len)
+                let mut v = vec![(8, 2), (10, 2)];
+                for at in [16usize, 26, 36, 46] {
+                    v.extend([(at, 8), (at + 8, 1), (at + 9, 1)]);
+                }
+                v
+            }
+            Structure::Indirect { .. } => (0..8).map(|i| (4 * i, 4)).collect(),
+            Structure::XattrHead { .. } => vec![
+                (8, 2),
+                (8, 4),
+                (10, 2),
+                (12, 2),
+                (16, 4),
+                (16, 1),
+                (17, 2),
+                (19, 4),
+                (20, 4),
+                (24, 4),
+            ],
+            Structure::XattrCont { .. } => vec![(8, 1), (9, 4), (12, 4)],
+        };
+        if let Structure::Indirect { .. } = self {
+            let p = block_size / 4 - 1;
+            f.extend([(4 * (p - 1), 4), (4 * (p / 2), 4)]);
+        }
+        f
+    }
+
+    /// Stores a valid crc in the structure's bytes (`block` is the whole block).
+    pub fn reseal(&self, block: &mut [u8]) {
+        let bs = block.len();
+        match *self {
+            Structure::Superblock => seal(&mut block[..256], SB_CRC_AT, 0),
+            Structure::GroupHeader { block: b, .. } => {
+                seal(&mut block[..64], super::group::CRC_AT, b)
+            }
+            Structure::Inode { ino, off, .. } => seal(
+                &mut block[off..off + INODE_BYTES],
+                super::inode::CRC_AT,
+                ino,
+            ),
+            Structure::Dir { ino, index, .. } => seal(block, 4, dir_salt(ino, index)),
+            Structure::Indirect { block: b } => seal(block, bs - 4, b),
+            Structure::XattrHead { ino, .. } => seal(block, 4, ino),
+            Structure::XattrCont { ino, i, .. } => seal(block, 4, super::xattr::cont_salt(ino, i)),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -127,3 +127,51 @@ impl Geometry {
             .sum()
     }
 }
+
+/// What a value read from the image may be, derived from the superblock: every block
+/// pointer and size is checked against it when its structure is decoded (inode, indirect
+/// block, xattr head), so that nothing past the decoder — the allocator's group index, a
+/// directory's block loop, a symlink's buffer — ever sees a value a hostile image chose.
+///
+/// A block pointer is valid when it names a data block: inside the image, past its group's
+/// metadata, and outside the journal and the byte log (`docs/FORMAT.md`, section 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub geo: Geometry,
+    /// The journal and the byte log after it (`Superblock::log_range`).
+    log: (u64, u64),
+}
+
+impl Bounds {
+    pub fn from_superblock(sb: &Superblock) -> Bounds {
+        let r = sb.log_range();
+        Bounds {
+            geo: Geometry::from_superblock(sb),
+            log: (r.start, r.end),
+        }
+    }
+
+    /// Bounds of a geometry without a journal or byte log (decoder tests and fuzzing).
+    pub fn without_log(geo: Geometry) -> Bounds {
+        Bounds { geo, log: (0, 0) }
+    }
+
+    /// `b` is a data block (see the type's doc).
+    pub fn is_data_block(&self, b: u64) -> bool {
+        let geo = &self.geo;
+        b < geo.total_blocks
+            && b - geo.group_start(geo.group_of_block(b)) >= geo.meta_blocks() as u64
+            && !(self.log.0..self.log.1).contains(&b)
+    }
+
+    /// Blocks a file can map: 12 direct, then single, double and triple indirect.
+    pub fn max_file_blocks(&self) -> u64 {
+        let p = super::ptrs_per_block(self.geo.block_size);
+        super::N_DIRECT as u64 + p + p * p + p * p * p
+    }
+
+    /// Largest `size` an inode may have.
+    pub fn max_file_bytes(&self) -> u64 {
+        self.max_file_blocks() * self.geo.block_size as u64
+    }
+}

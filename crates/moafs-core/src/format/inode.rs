@@ -1,12 +1,15 @@
 //! Inode slots: 256 bytes each in the group's inode table, crc salted with the inode number.
 
-use super::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, seal, verify};
-use crate::error::FsResult;
+use super::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, seal, verify, Bounds};
+use crate::error::{FsError, FsResult};
 
 pub const INODE_BYTES: usize = 256;
 /// Direct block pointers per inode: a "small file" has at most this many blocks.
 pub const N_DIRECT: usize = 12;
 pub(crate) const CRC_AT: usize = 252;
+/// Most links an inode may have on disk (decode-time rule): far above what moafs makes
+/// (65000), far enough below `u32::MAX` that counting up from it never wraps.
+pub const NLINK_LIMIT: u32 = 1 << 20;
 
 /// An inode as stored. `mode` holds the file type bits and the permission bits as `st_mode`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,8 +69,76 @@ impl DiskInode {
         seal(slot, CRC_AT, ino);
     }
 
-    /// Decodes slot bytes of inode `ino`. An all-zero slot is a free inode (no crc).
-    pub fn decode(slot: &[u8], ino: u64, block: u64) -> FsResult<DiskInode> {
+    /// Decodes slot bytes of inode `ino` (in inode-table block `block`) and checks every
+    /// pointer and size against `bounds` ([`DiskInode::check`]): an inode that fails is
+    /// corrupt as a whole, however good its crc. An all-zero slot is a free inode (no crc).
+    pub fn decode(slot: &[u8], ino: u64, block: u64, bounds: &Bounds) -> FsResult<DiskInode> {
+        let d = Self::decode_fields(slot, ino, block)?;
+        if !d.is_free() {
+            d.check(bounds).map_err(|detail| {
+                FsError::corrupt("inode", block, format!("inode {ino}: {detail}"))
+            })?;
+        }
+        Ok(d)
+    }
+
+    /// The decode-time rules of `docs/FORMAT.md` section 5 (what a valid inode's fields may
+    /// be); the first broken one, described.
+    pub fn check(&self, bounds: &Bounds) -> Result<(), String> {
+        let bs = bounds.geo.block_size as u64;
+        let mut ptrs: Vec<(&str, u32)> = Vec::with_capacity(N_DIRECT + 4);
+        ptrs.extend(self.direct.iter().map(|p| ("direct", *p)));
+        ptrs.extend(
+            ["indirect", "double indirect", "triple indirect"]
+                .into_iter()
+                .zip(self.indirect),
+        );
+        ptrs.push(("xattr", self.xattr_block));
+        for (i, &(what, p)) in ptrs.iter().enumerate() {
+            if p == 0 {
+                continue;
+            }
+            if !bounds.is_data_block(p as u64) {
+                return Err(format!("{what} block pointer {p} outside the data area"));
+            }
+            if ptrs[..i].iter().any(|q| q.1 == p) {
+                return Err(format!("block {p} named by two pointers"));
+            }
+        }
+        if self.nlink > NLINK_LIMIT {
+            return Err(format!("link count {} beyond {NLINK_LIMIT}", self.nlink));
+        }
+        if self.blocks > bounds.geo.data_blocks() {
+            return Err(format!(
+                "block count {} exceeds the file system's {} data blocks",
+                self.blocks,
+                bounds.geo.data_blocks()
+            ));
+        }
+        if self.size > bounds.max_file_bytes() {
+            return Err(format!("size {} beyond the largest file", self.size));
+        }
+        match self.mode & libc::S_IFMT {
+            libc::S_IFDIR if self.size / bs > self.blocks => Err(format!(
+                "directory size {} needs more than its {} blocks",
+                self.size, self.blocks
+            )),
+            libc::S_IFLNK if self.size > super::SYMLINK_MAX as u64 => Err(format!(
+                "symlink size {} beyond {} bytes",
+                self.size,
+                super::SYMLINK_MAX
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The fields as stored, crc checked, nothing else: only for rewriting a slot as it is
+    /// (the byte log's replay of times); everything that follows pointers uses `decode`.
+    pub fn decode_unchecked(slot: &[u8], ino: u64, block: u64) -> FsResult<DiskInode> {
+        Self::decode_fields(slot, ino, block)
+    }
+
+    fn decode_fields(slot: &[u8], ino: u64, block: u64) -> FsResult<DiskInode> {
         if slot.iter().all(|b| *b == 0) {
             return Ok(DiskInode::default());
         }

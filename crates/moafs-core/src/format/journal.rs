@@ -102,6 +102,15 @@ impl Descriptor {
                 format!("{ntags} tags do not fit in a block"),
             ));
         }
+        let (seq, checkpointed) = (get_u64(b, 8), get_u64(b, 16));
+        if seq >= super::superblock::SEQ_LIMIT || checkpointed >= super::superblock::SEQ_LIMIT {
+            // numbers count up by one from these: never near u64::MAX (decode-time rule)
+            return Err(FsError::corrupt(
+                "journal descriptor",
+                block,
+                format!("sequence number {seq} or {checkpointed} beyond 2^62"),
+            ));
+        }
         let tags = (0..ntags)
             .map(|i| {
                 let at = DESC_HEADER + i * TAG_BYTES_LEN;
@@ -112,8 +121,8 @@ impl Descriptor {
             })
             .collect();
         Ok(Some(Descriptor {
-            seq: get_u64(b, 8),
-            checkpointed: get_u64(b, 16),
+            seq,
+            checkpointed,
             index: get_u32(b, 24),
             count: get_u32(b, 28),
             payload: get_u32(b, 32),
@@ -255,6 +264,21 @@ mod tests {
         let mut bad = blocks[0].to_vec();
         bad[100] ^= 1;
         assert!(Descriptor::decode(&bad, salt, 0).is_err());
+    }
+
+    #[test]
+    fn sequence_numbers_near_the_end_of_u64_are_refused() {
+        let (bs, salt) = (4096, 77);
+        let writes = [(10u64, vec![1u8; bs as usize])];
+        for (seq, checkpointed) in [(u64::MAX, 3), (5, u64::MAX - 1), (1 << 62, 0)] {
+            let blocks = encode_txn(seq, checkpointed, &writes, bs, salt);
+            assert!(
+                Descriptor::decode(&blocks[0], salt, 0).is_err(),
+                "{seq} {checkpointed}"
+            );
+        }
+        let ok = encode_txn((1 << 62) - 1, 0, &writes, bs, salt);
+        assert!(Descriptor::decode(&ok[0], salt, 0).unwrap().is_some());
     }
 
     #[test]

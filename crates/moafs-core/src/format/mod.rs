@@ -17,7 +17,7 @@ mod superblock;
 mod xattr;
 
 pub use dir::{dir_salt, DirBlock, DirEntryRaw, DIR_ENTRY_FIXED, DIR_HEADER_BYTES, DIR_MAGIC};
-pub use geometry::Geometry;
+pub use geometry::{Bounds, Geometry};
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};
 pub use superblock::{
@@ -101,11 +101,22 @@ pub fn ptrs_per_block(block_size: u32) -> u64 {
     (block_size as u64 / 4) - 1
 }
 
-/// Decodes an indirect block (pointers + trailing crc salted with its block number).
-pub fn decode_indirect(bytes: &[u8], block: u64) -> FsResult<Vec<u32>> {
+/// Decodes an indirect block (pointers + trailing crc salted with its block number); every
+/// non-zero pointer must name a data block (`bounds`) other than this block.
+pub fn decode_indirect(bytes: &[u8], block: u64, bounds: &Bounds) -> FsResult<Vec<u32>> {
     let crc_at = bytes.len() - 4;
     verify(bytes, crc_at, block, "indirect block", block)?;
-    Ok((0..crc_at / 4).map(|i| get_u32(bytes, i * 4)).collect())
+    let ptrs: Vec<u32> = (0..crc_at / 4).map(|i| get_u32(bytes, i * 4)).collect();
+    for (i, &p) in ptrs.iter().enumerate() {
+        if p != 0 && (!bounds.is_data_block(p as u64) || p as u64 == block) {
+            return Err(FsError::corrupt(
+                "indirect block",
+                block,
+                format!("pointer {i} ({p}) outside the data area"),
+            ));
+        }
+    }
+    Ok(ptrs)
 }
 
 /// Encodes an indirect block.

@@ -3,6 +3,9 @@
 use super::{get_u32, get_u64, put_u32, put_u64, seal, verify};
 use crate::error::{FsError, FsResult};
 
+/// Sequence numbers in the superblock (journal, byte log) are below this (decode-time rule):
+/// counting up from them can never overflow.
+pub const SEQ_LIMIT: u64 = 1 << 62;
 pub const SB_MAGIC: &[u8; 8] = b"MOAFS\0v1";
 /// Disk-format version, independent of the crate version. Version 2 added the byte log
 /// (`bytelog_*` fields, [`FEATURE_BYTELOG`]); version 1 images are read as version 2 images
@@ -242,7 +245,7 @@ impl Superblock {
         let ipb = self.block_size / super::INODE_BYTES as u32;
         if self.inodes_per_group == 0
             || !self.inodes_per_group.is_multiple_of(ipb)
-            || self.inodes_per_group > self.blocks_per_group * ipb
+            || self.inodes_per_group as u64 > self.blocks_per_group as u64 * ipb as u64
         {
             return bad("inodes per group out of range");
         }
@@ -268,7 +271,10 @@ impl Superblock {
         if self.has_journal() {
             if self.journal_blocks < 8
                 || self.journal_start < geo.meta_blocks() as u64
-                || self.journal_start + self.journal_blocks as u64 > geo.group_len(0) as u64
+                || self
+                    .journal_start
+                    .saturating_add(self.journal_blocks as u64)
+                    > geo.group_len(0) as u64
             {
                 return bad("journal outside group 0's data area or too small");
             }
@@ -281,7 +287,10 @@ impl Superblock {
                 || !self.has_journal()
                 || self.bytelog_blocks < 2
                 || self.bytelog_start < self.journal_start + self.journal_blocks as u64
-                || self.bytelog_start + self.bytelog_blocks as u64 > geo.group_len(0) as u64
+                || self
+                    .bytelog_start
+                    .saturating_add(self.bytelog_blocks as u64)
+                    > geo.group_len(0) as u64
                 || self.bytelog_tail as u64 >= sectors
             {
                 return bad(
@@ -295,6 +304,10 @@ impl Superblock {
             || self.features_incompat & FEATURE_BYTELOG_WB != 0
         {
             return bad("byte-log fields set without the byte-log feature");
+        }
+        // sequence numbers count up by one per transaction or record: never near u64::MAX
+        if self.journal_seq >= SEQ_LIMIT || self.bytelog_floor >= SEQ_LIMIT {
+            return bad("journal or byte-log sequence number beyond 2^62");
         }
         if (self.bytelog_first != 0 && self.features_incompat & FEATURE_BYTELOG_WB == 0)
             || self.bytelog_first > self.bytelog_floor + 1

@@ -15,6 +15,7 @@
 //! stream entries: name_len u8 | value_len u32 | name | value
 //! ```
 
+use super::Bounds;
 use super::{get_u16, get_u32, put_u16, put_u32, seal, verify};
 use crate::error::{FsError, FsResult};
 use std::collections::BTreeMap;
@@ -48,7 +49,7 @@ fn stream_len(attrs: &BTreeMap<Vec<u8>, Vec<u8>>) -> usize {
     attrs.iter().map(|(k, v)| 5 + k.len() + v.len()).sum()
 }
 
-fn cont_salt(ino: u64, i: usize) -> u64 {
+pub(crate) fn cont_salt(ino: u64, i: usize) -> u64 {
     ino.wrapping_add((i as u64) << 32)
 }
 
@@ -148,7 +149,8 @@ impl XattrBlock {
     }
 
     /// Decodes the block an inode points to.
-    pub fn decode_head(b: &[u8], ino: u64, block: u64, total_blocks: u64) -> FsResult<XattrHead> {
+    /// Continuation pointers must be distinct data blocks (`bounds`) other than the head.
+    pub fn decode_head(b: &[u8], ino: u64, block: u64, bounds: &Bounds) -> FsResult<XattrHead> {
         if get_u32(b, 0) != XATTR_LARGE_MAGIC {
             return Self::decode(b, ino, block).map(|x| XattrHead::Single(x.attrs));
         }
@@ -167,8 +169,11 @@ impl XattrBlock {
         let cont: Vec<u64> = (0..n - 1)
             .map(|i| u64::from(get_u32(b, LARGE_HEADER + 4 * i)))
             .collect();
-        if cont.iter().any(|&c| c == 0 || c >= total_blocks) {
-            return Err(bad("continuation block outside the image"));
+        if cont.iter().any(|&c| !bounds.is_data_block(c) || c == block) {
+            return Err(bad("continuation block outside the data area"));
+        }
+        if (1..cont.len()).any(|i| cont[..i].contains(&cont[i])) {
+            return Err(bad("continuation block named twice"));
         }
         let first = (b.len() - start).min(len);
         Ok(XattrHead::Large {
@@ -256,6 +261,11 @@ impl XattrBlock {
 mod tests {
     use super::*;
 
+    /// One group of `total` blocks (5 metadata blocks), no journal.
+    fn bounds(total: u64) -> Bounds {
+        Bounds::without_log(crate::format::Geometry::new(4096, total, 32768, 16))
+    }
+
     fn set(n: usize, value_len: usize) -> BTreeMap<Vec<u8>, Vec<u8>> {
         (0..n)
             .map(|i| {
@@ -272,7 +282,7 @@ mod tests {
         let blocks: Vec<u64> = (100..100 + n as u64).collect();
         let enc = XattrBlock::encode_blocks(attrs, 7, bs, &blocks);
         assert_eq!(enc.len(), n);
-        let back = match XattrBlock::decode_head(&enc[0].1, 7, 100, 1000).unwrap() {
+        let back = match XattrBlock::decode_head(&enc[0].1, 7, 100, &bounds(1000)).unwrap() {
             XattrHead::Single(a) => a,
             XattrHead::Large {
                 count,
@@ -312,8 +322,19 @@ mod tests {
         assert!(XattrBlock::decode_cont(&enc[1].1, 7, 2, 101).is_err());
         let mut head = enc[0].1.clone();
         head[21] ^= 1;
-        assert!(XattrBlock::decode_head(&head, 7, 100, 1000).is_err());
+        assert!(XattrBlock::decode_head(&head, 7, 100, &bounds(1000)).is_err());
         // pointers outside the image
-        assert!(XattrBlock::decode_head(&enc[0].1, 7, 100, 110).is_err());
+        assert!(XattrBlock::decode_head(&enc[0].1, 7, 100, &bounds(110)).is_err());
+        // a continuation named twice, or naming the head
+        let mut twice = enc[0].1.clone();
+        twice.copy_within(20..24, 24);
+        seal(&mut twice, 4, 7);
+        assert!(XattrBlock::decode_head(&twice, 7, 100, &bounds(1000)).is_err());
+        let mut own = enc[0].1.clone();
+        own[20..24].copy_from_slice(&100u32.to_le_bytes());
+        seal(&mut own, 4, 7);
+        assert!(XattrBlock::decode_head(&own, 7, 100, &bounds(1000)).is_err());
+        // the pristine head passes (the damage above is what is refused)
+        assert!(XattrBlock::decode_head(&enc[0].1, 7, 100, &bounds(1000)).is_ok());
     }
 }

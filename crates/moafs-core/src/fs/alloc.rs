@@ -199,6 +199,11 @@ pub(crate) fn find_set(map: &[u8], from: u64, to: u64) -> Option<u64> {
     find_bit(map, from, to, true)
 }
 
+/// Clear bits (free blocks or inodes) in `[0, len)`.
+pub(crate) fn count_clear(map: &[u8], len: u64) -> u64 {
+    free_extents(map, 0, len).map(|(_, n)| n).sum()
+}
+
 /// The runs of clear bits (free blocks) in `[from, to)` as (start, length), in order.
 pub(crate) fn free_extents(
     map: &[u8],
@@ -530,7 +535,7 @@ impl Allocator {
                 set_bit(&mut grp.ibitmap, i, true);
                 grp.hdr.free_inodes -= 1;
                 if is_dir {
-                    grp.hdr.dirs += 1;
+                    grp.hdr.dirs = grp.hdr.dirs.saturating_add(1); // a placement hint
                 }
                 grp.dirty = true;
                 return Some(g as u64 * geo.inodes_per_group as u64 + i + 1);

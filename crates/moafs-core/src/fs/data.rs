@@ -102,7 +102,6 @@ impl Inner {
         self.counters.cache_misses += 1;
         let phys = self.bmap(ino, idx)?;
         if phys != 0 {
-            self.check_data_block(phys)?;
             self.read_block(phys, buf)?;
             self.counters.data_blocks_read += 1;
         } else {
@@ -372,7 +371,6 @@ impl Inner {
             self.counters.cache_misses += 1;
             let phys = self.bmap(ino, idx)?;
             if phys != 0 {
-                self.check_data_block(phys)?;
                 misses.push((idx, phys));
             } else {
                 dst.fill(0); // a hole (the buffer may hold older bytes)
@@ -430,7 +428,6 @@ impl Inner {
         for idx in want {
             let phys = self.bmap(ino, idx)?;
             if phys != 0 {
-                self.check_data_block(phys)?;
                 ahead.push((idx, phys));
             }
         }

@@ -309,7 +309,7 @@ impl Fs {
                 l.in_use = active;
             }
             inner.sb.state = STATE_MOUNTED;
-            inner.sb.mount_count += 1;
+            inner.sb.mount_count = inner.sb.mount_count.wrapping_add(1); // a counter only
             inner.write_superblocks_in_place()?;
             if unclean {
                 // Files unlinked while open when the system went down.
@@ -922,11 +922,16 @@ fn load_groups(
                 "checksum mismatch",
             ));
         }
-        if hdr.free_blocks > geo.group_len(g) || hdr.free_inodes > geo.inodes_per_group {
+        // the allocator subtracts from these counts: they must be the bitmaps' exactly (and
+        // adds to `dirs`, a count of some of the inodes)
+        if hdr.free_blocks as u64 != alloc::count_clear(&bitmap, geo.group_len(g) as u64)
+            || hdr.free_inodes as u64 != alloc::count_clear(&ibitmap, geo.inodes_per_group as u64)
+            || hdr.dirs > geo.inodes_per_group
+        {
             return Err(FsError::corrupt(
                 "group header",
                 hblk,
-                "free counts exceed the group",
+                "free counts disagree with the bitmaps, or more directories than inodes",
             ));
         }
         let runs = match run_cap {

@@ -5,7 +5,7 @@ use super::cache::BlockCache;
 use super::dir::Dir;
 use super::Inner;
 use crate::error::{FsError, FsResult};
-use crate::format::{decode_indirect, ptrs_per_block, DiskInode, N_DIRECT};
+use crate::format::{decode_indirect, ptrs_per_block, Bounds, DiskInode, N_DIRECT};
 use std::collections::BTreeMap;
 
 pub(crate) struct Inode {
@@ -138,8 +138,19 @@ impl Inner {
 
     pub(crate) fn read_disk_inode(&mut self, ino: u64) -> FsResult<DiskInode> {
         let (blk, off) = self.alloc.geo.inode_location(ino);
+        let bounds = self.bounds();
         let buf = self.itable_block(blk)?;
-        DiskInode::decode(&buf[off..off + crate::format::INODE_BYTES], ino, blk)
+        DiskInode::decode(
+            &buf[off..off + crate::format::INODE_BYTES],
+            ino,
+            blk,
+            &bounds,
+        )
+    }
+
+    /// What pointers and sizes read from the image may be (checked when decoded).
+    pub(crate) fn bounds(&self) -> Bounds {
+        Bounds::from_superblock(&self.sb)
     }
 
     /// Marks the inode-table block of `ino` initialised (it reads as zeros until then).
@@ -178,7 +189,7 @@ impl Inner {
         if !self.ind.contains_key(&blk) {
             let mut buf = vec![0u8; self.bs()];
             self.read_block(blk, &mut buf)?;
-            let ptrs = decode_indirect(&buf, blk)?;
+            let ptrs = decode_indirect(&buf, blk, &self.bounds())?;
             self.ind.insert(blk, IndBlock { ptrs, dirty: false });
         }
         Ok(self.ind.get_mut(&blk).expect("inserted above"))
@@ -199,7 +210,6 @@ impl Inner {
                     if blk == 0 {
                         return Ok(0);
                     }
-                    self.check_data_block(blk)?;
                     blk = self.load_ind(blk)?.ptrs[o] as u64;
                 }
                 Ok(blk)
@@ -307,7 +317,6 @@ impl Inner {
         child_span: u64,
         freed: &mut u64,
     ) -> FsResult<bool> {
-        self.check_data_block(blk)?;
         let ptrs = self.load_ind(blk)?.ptrs.clone();
         let mut new = ptrs.clone();
         for (i, &c) in ptrs.iter().enumerate() {
@@ -343,20 +352,5 @@ impl Inner {
             self.ind_dirty.push(blk);
         }
         Ok(false)
-    }
-
-    /// A pointer read from disk must name a data block inside the image.
-    pub(crate) fn check_data_block(&self, blk: u64) -> FsResult<()> {
-        let geo = &self.alloc.geo;
-        if blk >= geo.total_blocks
-            || blk - geo.group_start(geo.group_of_block(blk)) < geo.meta_blocks() as u64
-        {
-            return Err(FsError::corrupt(
-                "block pointer",
-                blk,
-                "points outside the data area",
-            ));
-        }
-        Ok(())
     }
 }

@@ -88,6 +88,7 @@ impl Inner {
             return Err(FsError::NotDir);
         }
         if node.dir.is_none() {
+            // decoded inodes have size / bs <= blocks <= the data blocks (`DiskInode::check`)
             let nblocks = node.d.size / bs as u64;
             let mut blocks = Vec::with_capacity(nblocks as usize);
             for idx in 0..nblocks {
@@ -96,7 +97,6 @@ impl Inner {
                     blocks.push(DirBlock::default());
                     continue;
                 }
-                self.check_data_block(phys)?;
                 let mut buf = vec![0u8; bs];
                 self.read_block(phys, &mut buf)?;
                 blocks.push(DirBlock::decode(&buf, ino, idx, phys)?);
@@ -637,7 +637,7 @@ impl Inner {
             AtimeMode::Relative => {
                 Timespec::from_pair(node.d.mtime) >= atime
                     || Timespec::from_pair(node.d.ctime) >= atime
-                    || now.sec - atime.sec >= 24 * 3600
+                    || now.sec.saturating_sub(atime.sec) >= 24 * 3600
             }
         };
         if due {
@@ -733,11 +733,9 @@ impl Inner {
             let attrs = if xb == 0 {
                 Default::default()
             } else {
-                self.check_data_block(xb)?;
                 let mut buf = vec![0u8; bs];
                 self.read_block(xb, &mut buf)?;
-                let total = self.alloc.geo.total_blocks;
-                match XattrBlock::decode_head(&buf, ino, xb, total)? {
+                match XattrBlock::decode_head(&buf, ino, xb, &self.bounds())? {
                     XattrHead::Single(attrs) => attrs,
                     XattrHead::Large {
                         count,
@@ -746,7 +744,6 @@ impl Inner {
                         mut first,
                     } => {
                         for (i, &c) in cont.iter().enumerate() {
-                            self.check_data_block(c)?;
                             self.read_block(c, &mut buf)?;
                             first.extend_from_slice(XattrBlock::decode_cont(&buf, ino, i + 1, c)?);
                         }
