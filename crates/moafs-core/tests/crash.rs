@@ -295,10 +295,6 @@ fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
     model_only(m, op);
 }
 
-/// Whether the `ace` workload leaves files unlinked while open (orphans) at crash points.
-/// Off until `fsck -n` tells an orphan from an unreachable inode (it reports both).
-const ORPHANS: bool = false;
-
 /// Generates the next operation of workload `name` (always valid for the model).
 fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
     const NAMES: [&str; 6] = ["a", "b", "c", "d/a", "d/b", "d/c"];
@@ -606,7 +602,7 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                     (true, 0) => (Op::Rmdir, true),
                     (true, _) => (Op::RenameDir, true),
                 },
-                9 if m.orphan.is_none() && ORPHANS => (Op::OpenUnlink(f.clone()), false),
+                9 if m.orphan.is_none() => (Op::OpenUnlink(f.clone()), false),
                 9 if m.orphan.is_some() => (Op::Close, true),
                 10 => (Op::Unlink(f.clone()), false),
                 _ => {
@@ -919,6 +915,7 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, tier: Option<Vec<u8>>, win: &Window, w
         "{what}: fsck -n of the crash image: {:#?}",
         r.errors
     );
+    let r0_orphans = r.orphans;
     let sb = moafs_core::fs::read_superblock(dev.as_ref()).expect("superblock");
     let plan =
         moafs_core::fs::journal::plan_replay_with(dev.as_ref(), &sb, nvm).expect("journal scan");
@@ -981,6 +978,10 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, tier: Option<Vec<u8>>, win: &Window, w
         "{what}: fsck after remount: {:#?}",
         r.errors
     );
+    assert_eq!(r.orphans, 0, "{what}: orphans left after a mount and unmount");
+    if r0_orphans > 0 {
+        ORPHAN_STATES.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The path an NVM tier is mounted as (only recorded in the image).
@@ -988,6 +989,10 @@ const TIER_PATH: &str = "/crash-harness/tier";
 
 /// Runs that wrote an xattr set over several blocks (the image's feature bit says so).
 static LARGE_XATTR_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// Crash images holding orphans (files unlinked while open) that fsck -n accepted and the
+/// mount freed.
+static ORPHAN_STATES: AtomicU64 = AtomicU64::new(0);
 
 /// Runs one workload; returns the number of crash states checked and the engine's counters.
 fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
@@ -1326,6 +1331,11 @@ fn run_all(name: &'static str, ops: usize) {
             "crash harness: workload inflight: {overlapped} commits wrote while operations ran"
         );
         assert!(overlapped > 0, "no operation ran while a commit wrote");
+    }
+    if name == "ace" {
+        let n = ORPHAN_STATES.load(Ordering::Relaxed);
+        eprintln!("crash harness: workload ace: {n} crash images held orphans");
+        assert!(n > 0, "no crash image held an orphan");
     }
     if name == "mix" {
         let large = LARGE_XATTR_RUNS.load(Ordering::Relaxed);
