@@ -39,14 +39,10 @@ use crate::device::{
 };
 use crate::fs::{FileKind, MountOptions};
 use crate::Fs;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-/// Size of an atomic sector when a write is torn, bytes (as the fault device's).
-const SECTOR_BYTES: u64 = 512;
 /// Page of a copy-on-write state.
 const PAGE_BYTES: u64 = 4096;
 /// Findings after which the run stops (the first ones say what is wrong).
@@ -317,32 +313,10 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
     })
 }
 
-/// Bytes of a write at `offset` of `len` bytes that land if only its first `sectors` do.
-fn torn_len(offset: u64, len: u64, sectors: u64) -> u64 {
-    if sectors == 0 {
-        return 0;
-    }
-    let end = (offset / SECTOR_BYTES + sectors) * SECTOR_BYTES;
-    (end - offset).min(len)
-}
-
-/// `FaultDevice`'s random cut: each write kept with probability ½, one kept write torn at a
-/// random sector. `writes`: (offset, length) in issue order.
+/// `FaultDevice`'s random cut (each write kept with probability ½, one kept write torn at a
+/// random sector); a write torn to nothing is a write dropped: the same state.
 fn random_cut(writes: &[(u64, u64)], seed: u64) -> Cut {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut kept: Cut = writes
-        .iter()
-        .enumerate()
-        .filter(|_| rng.gen_bool(0.5))
-        .map(|(i, (_, len))| (i, *len))
-        .collect();
-    if !kept.is_empty() {
-        let j = rng.gen_range(0..kept.len());
-        let (offset, len) = (writes[kept[j].0].0, kept[j].1);
-        let sectors = (offset + len).div_ceil(SECTOR_BYTES) - offset / SECTOR_BYTES;
-        kept[j].1 = torn_len(offset, len, rng.gen_range(0..=sectors));
-    }
-    // a write torn to nothing is a write dropped: the same state
+    let mut kept = crate::device::random_cut(writes, seed);
     kept.retain(|&(_, n)| n > 0);
     kept
 }

@@ -978,7 +978,10 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, tier: Option<Vec<u8>>, win: &Window, w
         "{what}: fsck after remount: {:#?}",
         r.errors
     );
-    assert_eq!(r.orphans, 0, "{what}: orphans left after a mount and unmount");
+    assert_eq!(
+        r.orphans, 0,
+        "{what}: orphans left after a mount and unmount"
+    );
     if r0_orphans > 0 {
         ORPHAN_STATES.fetch_add(1, Ordering::Relaxed);
     }

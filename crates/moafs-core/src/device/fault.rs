@@ -224,8 +224,18 @@ impl FaultDevice {
                 .enumerate()
                 .map(|(i, (_, data))| (i, data.len() as u64))
                 .collect(),
-            CutMode::Random => random_selection(&st.pending, self.config.seed),
-            CutMode::RandomSeed(seed) => random_selection(&st.pending, seed),
+            CutMode::Random | CutMode::RandomSeed(_) => {
+                let seed = match mode {
+                    CutMode::RandomSeed(seed) => seed,
+                    _ => self.config.seed,
+                };
+                let writes: Vec<(u64, u64)> = st
+                    .pending
+                    .iter()
+                    .map(|(o, d)| (*o, d.len() as u64))
+                    .collect();
+                random_cut(&writes, seed)
+            }
         };
         for (i, bytes) in kept {
             let (offset, data) = &st.pending[i];
@@ -235,18 +245,21 @@ impl FaultDevice {
     }
 }
 
-/// Keeps each write with probability ½, then tears one kept write at a random sector.
-fn random_selection(pending: &[(u64, Vec<u8>)], seed: u64) -> Vec<(usize, u64)> {
+/// A power cut's choice among unflushed writes given as (offset, length) in issue order:
+/// each kept with probability ½, then one kept write torn at a random sector. Returns
+/// (index, bytes that land) in issue order; a torn write may land 0 bytes. Seeded: the same
+/// seed gives the same cut (`crashcheck` replays write logs with it).
+pub(crate) fn random_cut(writes: &[(u64, u64)], seed: u64) -> Vec<(usize, u64)> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut kept: Vec<(usize, u64)> = pending
+    let mut kept: Vec<(usize, u64)> = writes
         .iter()
         .enumerate()
         .filter(|_| rng.gen_bool(0.5))
-        .map(|(i, (_, data))| (i, data.len() as u64))
+        .map(|(i, (_, len))| (i, *len))
         .collect();
     if !kept.is_empty() {
         let j = rng.gen_range(0..kept.len());
-        let (offset, len) = (pending[kept[j].0].0, kept[j].1);
+        let (offset, len) = (writes[kept[j].0].0, kept[j].1);
         let sectors = (offset + len).div_ceil(SECTOR_BYTES) - offset / SECTOR_BYTES;
         kept[j].1 = torn_len(offset, len, rng.gen_range(0..=sectors));
     }

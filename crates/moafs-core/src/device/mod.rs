@@ -20,6 +20,7 @@ mod nvm;
 mod overlay;
 mod record;
 
+pub(crate) use fault::random_cut;
 pub use fault::{CutMode, FaultConfig, FaultDevice};
 pub use file::{FileDevice, FileDeviceOptions};
 pub use flash::{FlashCounters, FlashDevice, FlashModel};
