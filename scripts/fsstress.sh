@@ -16,17 +16,8 @@ if [ ! -x "$FSSTRESS" ]; then
   echo "fsstress not found at $FSSTRESS: build xfstests first (scripts/xfstests.sh builds it)" >&2
   exit 1
 fi
-work=$(mktemp -d /dev/shm/moafs-fsstress.XXXXXX)
-mnt=$work/mnt
-img=$work/img
-mkdir -p "$mnt"
 . scripts/lib.sh
-unmount() {
-  unmount_wait "$mnt" "$(cat "$work/pid.keep" 2>/dev/null || true)"
-  rm -f "$work/pid" "$work/pid.keep"
-}
-cleanup() { unmount || true; rm -rf "$work"; }
-trap cleanup EXIT
+mount_work_init moafs-fsstress
 
 for uring in off auto; do
   "$MOAFS" mkfs --size 2G "$img" >/dev/null

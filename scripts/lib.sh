@@ -86,3 +86,19 @@ mean_min_max() {
   awk -v f="${1:-%.2f}" '{s+=$1; if(min==""||$1<min)min=$1; if($1>max)max=$1; n++}
     END{printf f " " f " " f " %d", s/n, min, max, n}'
 }
+
+# Scratch mounts of the test scripts: mount_work_init NAME makes $work in /dev/shm with $mnt
+# and $img in it and an EXIT trap that unmounts and removes everything; a daemon mounted
+# with pidfile=$work/pid (then copied to $work/pid.keep) is waited for by `unmount`.
+mount_work_init() {
+  work=$(mktemp -d "/dev/shm/$1.XXXXXX")
+  mnt=$work/mnt
+  img=$work/img
+  mkdir -p "$mnt"
+  trap cleanup EXIT
+}
+unmount() {
+  unmount_wait "$mnt" "$(cat "$work/pid.keep" 2>/dev/null || true)"
+  rm -f "$work/pid" "$work/pid.keep"
+}
+cleanup() { unmount || true; rm -rf "$work"; }

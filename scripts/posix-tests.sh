@@ -5,19 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MOAFS=${MOAFS:-$PWD/target/release/moafs}
 FSX_OPS=${FSX_OPS:-50000}
-work=$(mktemp -d /dev/shm/moafs-posix.XXXXXX)
-mnt=$work/mnt
-img=$work/img
-mkdir -p "$mnt"
-chmod 0755 "$work"  # pjdfstest switches to unprivileged users who must reach the mount
-
 . scripts/lib.sh
-unmount() {
-  unmount_wait "$mnt" "$(cat "$work/pid.keep" 2>/dev/null || true)"
-  rm -f "$work/pid" "$work/pid.keep"
-}
-cleanup() { unmount || true; rm -rf "$work"; }
-trap cleanup EXIT
+mount_work_init moafs-posix
+chmod 0755 "$work"  # pjdfstest switches to unprivileged users who must reach the mount
 [ -n "${KEEP_LOGS:-}" ] && trap 'cp "$work"/*.log "$KEEP_LOGS"/ 2>/dev/null; cleanup' EXIT
 
 mount_it() { "$MOAFS" mount -o "allow_other,default_permissions,pidfile=$work/pid" "$img" "$mnt"; cp "$work/pid" "$work/pid.keep"; }
