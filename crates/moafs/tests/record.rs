@@ -189,14 +189,12 @@ fn assert_log_replays_to(log: &Path, img: &Path) {
             LogRecord::Base { offset, data } | LogRecord::Write { offset, data } => {
                 let o = *offset as usize;
                 replay[o..o + data.len()].copy_from_slice(data);
-                for b in o / BS..(o + data.len()).div_ceil(BS) {
-                    discarded[b] = false;
-                }
+                discarded[o / BS..(o + data.len()).div_ceil(BS)].fill(false);
             }
             LogRecord::Discard { offset, len } => {
                 let (o, e) = (*offset as usize, (*offset + *len) as usize);
-                for b in o.div_ceil(BS)..e / BS {
-                    discarded[b] = true;
+                if o.div_ceil(BS) < e / BS {
+                    discarded[o.div_ceil(BS)..e / BS].fill(true);
                 }
             }
             _ => {}
