@@ -470,7 +470,11 @@ fn log_of_a_killed_daemon_is_checked_up_to_its_end() {
              // the log holds every record up to the last device flush (it reaches its file there)
     let (code, out) = crashcheck(&log, &["--states", "2000"]);
     eprintln!("{out}");
-    assert_eq!(code, 0, "{out}");
+    if code != 0 {
+        let keep = std::env::temp_dir().join("moafs-record-killed.log");
+        let _ = fs::copy(&log, &keep);
+        panic!("crashcheck (log kept as {}):\n{out}", keep.display());
+    }
     assert!(out.contains("no End record"), "{out}");
     assert!(states_checked(&out) >= 1500, "{out}");
 }
