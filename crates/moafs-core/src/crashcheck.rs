@@ -81,6 +81,8 @@ pub struct CheckReport {
     /// Promises of syncs: files a sync found unchanged during it.
     pub sync_promises: u64,
     pub syncs: u64,
+    /// Discards in the log (never applied to a crash state).
+    pub discards: u64,
     /// Whether the log ends with its `End` record (the mount ended cleanly).
     pub complete: bool,
     /// States checked: flush points and distinct random cuts.
@@ -288,6 +290,7 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
                 mutations.entry(*ino).or_default().push(i);
             }
             LogRecord::SyncStart => sync_starts.push_back(i),
+            LogRecord::Discard { .. } => report.discards += 1,
             LogRecord::Sync => {
                 report.syncs += 1;
                 // concurrent syncs: the k-th to return is paired with the k-th to start, whose

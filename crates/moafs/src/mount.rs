@@ -275,6 +275,26 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
     Ok(p)
 }
 
+/// `record=PATH` is created (or truncated) by the daemon: never the image itself, and never
+/// inside the mount it records (the daemon would wait on itself).
+fn check_record_path(record: &Path, image: &Path, mountpoint: &Path) -> Result<(), String> {
+    if record.canonicalize().is_ok_and(|r| r == image) {
+        return Err(format!(
+            "record={}: that is the image; give a new file for the write log",
+            record.display()
+        ));
+    }
+    let parent = record.parent().and_then(|p| p.canonicalize().ok());
+    if parent.is_some_and(|p| p.starts_with(mountpoint)) {
+        return Err(format!(
+            "record={}: inside the mount point {}; give a path outside it",
+            record.display(),
+            mountpoint.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Opens the image and mounts the engine; then serves FUSE until unmounted.
 pub(crate) fn serve(
     image: &Path,
@@ -445,6 +465,11 @@ pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
     absolutize(&mut plan.log);
     absolutize(&mut plan.record);
     absolutize(&mut plan.pidfile);
+    if let Some(r) = &plan.record {
+        if let Err(e) = check_record_path(r, &image, &mountpoint) {
+            return report(Err(e));
+        }
+    }
     // Mounted already: a second mount shows the same file system, as a block device's would.
     // Mounted on this very directory: refused (the kernel refuses a file system on a mount
     // point where it is mounted already) — unless an unmount in progress takes it away within
@@ -623,5 +648,13 @@ mod tests {
         let e = parse_mount_options(&["record=/tmp/w.log,nvm=/dev/shm/t".into()]).unwrap_err();
         assert!(e.contains("nvm="), "{e}");
         assert!(parse_mount_options(&["ro,record=/tmp/w.log".into()]).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let (img, mnt) = (dir.path().join("img"), dir.path().join("mnt"));
+        std::fs::write(&img, b"").unwrap();
+        std::fs::create_dir(&mnt).unwrap();
+        let (img, mnt) = (img.canonicalize().unwrap(), mnt.canonicalize().unwrap());
+        assert!(check_record_path(&img, &img, &mnt).is_err());
+        assert!(check_record_path(&mnt.join("w.log"), &img, &mnt).is_err());
+        assert!(check_record_path(&dir.path().join("w.log"), &img, &mnt).is_ok());
     }
 }

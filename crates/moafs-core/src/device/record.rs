@@ -37,8 +37,10 @@
 //! they held at the sync's start in the image of the last flush before its `Sync` record,
 //! which the checker reads for them.
 //!
-//! Discards are passed on and not logged: as on the fault device, a crash image does not depend
-//! on hints. The NVM tier is not recorded (`record=` refuses `nvm=`).
+//! Discards are passed on and logged, but a crash state does not apply them: as on the fault
+//! device, a crash image does not depend on hints (the log names them so that the image after
+//! the mount can be compared with the log's replay). The NVM tier is not recorded (`record=`
+//! refuses `nvm=`).
 
 use super::{BlockDevice, DevResult, DeviceCounters, DeviceError};
 use std::collections::{HashMap, HashSet};
@@ -97,6 +99,9 @@ pub enum LogRecord {
     SyncStart,
     /// The device was closed (the mount ended); nothing follows.
     End,
+    /// A discard of `len` bytes at `offset` (the image may read zeros there since; a crash
+    /// state never depends on it, so the checker does not apply it).
+    Discard { offset: u64, len: u64 },
 }
 
 impl LogRecord {
@@ -110,6 +115,7 @@ impl LogRecord {
             LogRecord::Sync => 6,
             LogRecord::End => 7,
             LogRecord::SyncStart => 8,
+            LogRecord::Discard { .. } => 9,
         }
     }
 
@@ -129,6 +135,11 @@ impl LogRecord {
                 p
             }
             LogRecord::Mutated { ino } => ino.to_le_bytes().to_vec(),
+            LogRecord::Discard { offset, len } => {
+                let mut p = offset.to_le_bytes().to_vec();
+                p.extend_from_slice(&len.to_le_bytes());
+                p
+            }
             LogRecord::Flush | LogRecord::Sync | LogRecord::End | LogRecord::SyncStart => {
                 Vec::new()
             }
@@ -357,6 +368,16 @@ fn decode_record(
         6 => want(0).map(|_| LogRecord::Sync)?,
         7 => want(0).map(|_| LogRecord::End)?,
         8 => want(0).map(|_| LogRecord::SyncStart)?,
+        9 => {
+            want(16)?;
+            let (offset, len) = (le_u64(p), le_u64(&p[8..]));
+            if offset.checked_add(len).is_none_or(|e| e > device_bytes) {
+                return Err(bad(format!(
+                    "discard of {len} bytes at {offset} beyond the device ({device_bytes} bytes)"
+                )));
+            }
+            LogRecord::Discard { offset, len }
+        }
         _ => return Err(bad(format!("unknown kind {kind}"))),
     };
     Ok((r, total))
@@ -527,7 +548,12 @@ impl BlockDevice for RecordDevice {
     }
 
     fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
-        self.inner.discard(offset, len)
+        let mut st = self.lock();
+        if let Some(f) = &st.failed {
+            return Err(log_failed(offset, f));
+        }
+        self.inner.discard(offset, len)?;
+        self.append(&mut st, &LogRecord::Discard { offset, len }, offset)
     }
 
     fn counters(&self) -> DeviceCounters {
@@ -609,6 +635,10 @@ mod tests {
                 },
                 LogRecord::Mutated { ino: 12 },
                 LogRecord::SyncStart,
+                LogRecord::Discard {
+                    offset: 4096,
+                    len: 8192,
+                },
                 LogRecord::Sync,
                 LogRecord::End,
             ],
