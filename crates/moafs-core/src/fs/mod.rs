@@ -162,6 +162,9 @@ pub struct Fs {
     /// Lock order: `commit_mx`, then `inner`, then `io_gate`.
     commit_mx: Mutex<()>,
     wb: behind::WbSignal,
+    /// The device logs writes and notes (`-o record=`): fsyncs and syncs note their
+    /// promises (`promise.rs`). Fixed at mount, so that other mounts pay nothing for it.
+    recording: bool,
 }
 
 impl Fs {
@@ -316,11 +319,13 @@ impl Fs {
                 inner.reclaim_orphans()?;
             }
         }
+        let recording = inner.dev.records();
         Ok(Fs {
             inner: Mutex::new(inner),
             done: Condvar::new(),
             commit_mx: Mutex::new(()),
             wb: behind::WbSignal::default(),
+            recording,
         })
     }
 
@@ -727,11 +732,15 @@ impl Fs {
     pub fn sync(&self) -> FsResult<()> {
         let epoch = {
             let g = self.lock();
-            g.dev.note(crate::device::Note::SyncStart);
+            if self.recording {
+                g.dev.note(crate::device::Note::SyncStart);
+            }
             g.sync_epoch()
         };
         self.wait_durable(epoch)?;
-        self.lock().dev.note(crate::device::Note::Sync);
+        if self.recording {
+            self.lock().dev.note(crate::device::Note::Sync);
+        }
         Ok(())
     }
     /// Writes everything back and drops the block cache and the in-memory state of idle

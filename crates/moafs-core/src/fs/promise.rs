@@ -38,12 +38,10 @@ impl Inner {
 impl Fs {
     /// Before an fsync: opens its promise when the device records. Returns whether it does.
     pub(crate) fn promise_start(&self, ino: u64) -> bool {
-        let g = self.lock();
-        let records = g.dev.records();
-        if records {
-            g.dev.note(Note::FsyncStart { ino });
+        if self.recording {
+            self.lock().dev.note(Note::FsyncStart { ino });
         }
-        records
+        self.recording
     }
 
     /// After a successful fsync: reads the file and notes what the fsync promised. A failure
