@@ -2,8 +2,12 @@
 //! populated image (superblock, group header, both bitmaps, inode table, directory, indirect
 //! and xattr blocks, a journal transaction that needs replay). For each: `fsck -n` notices
 //! (errors, or a clear error return); mount either refuses with a clear error or works and
-//! every file can be walked without a panic; `fsck -y` never panics, and when it reports the
-//! damage repaired a second `fsck -n` is clean.
+//! every file can be walked without a panic; `fsck -y` never panics, and when it repaired
+//! something a second `fsck -n` finds only what `-y` leaves by design.
+//!
+//! Hostile images (issue 19): values under a valid crc — pointers outside the data area, a
+//! huge directory or symlink, counters at their limits — each with a test, and seeded
+//! structure-level damage followed by mutating operations (`fuzzing::exercise_mutating`).
 
 mod common;
 use common::ME;
