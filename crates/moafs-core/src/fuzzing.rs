@@ -1,15 +1,21 @@
-//! Shared by the fuzz targets (`fuzz/`) and the corrupt-image tests: run everything a user
-//! could run on a damaged image and require only that nothing panics or hangs.
+//! Shared by the fuzz targets (`fuzz/`) and the corrupt-image tests: damage an image (byte
+//! patches, or structure-level edits re-sealed), run everything a user could run on it, and
+//! require only that nothing panics or hangs and that fsck's repairs hold.
 
 use crate::device::{BlockDevice, MemDevice};
-use crate::fs::{FileKind, MountOptions, ROOT_INO};
+use crate::format::fuzzing::Structure;
+use crate::format::{
+    decode_indirect, Bounds, DiskInode, Geometry, GroupHeader, XattrBlock, XattrHead, INODE_BYTES,
+    N_DIRECT,
+};
+use crate::fs::{FileKind, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT_INO};
 use crate::Fs;
 use std::sync::Arc;
 
 /// `fsck -n`, mount and walk every file (read data, links, xattrs), unmount, `fsck -y`, and
-/// `fsck -n` again after a repair (only what `-y` leaves by design may remain). Returns whether the first `fsck -n`
-/// found something (errors, or an error return). Panics only if a repair that reported
-/// success leaves errors behind (a bug in fsck).
+/// after a repair `fsck -n` again. Returns whether the first `fsck -n` found something
+/// (errors, or an error return). Panics only if `fsck -n` still finds something `-y` says it
+/// repairs (a bug in fsck).
 pub fn exercise(image: Vec<u8>) -> bool {
     let dev = Arc::new(MemDevice::from_bytes(image.clone()));
     let noticed = match crate::fsck::fsck(dev.as_ref(), false) {
@@ -135,13 +141,6 @@ pub fn patch(base: &[u8], data: &[u8]) -> Vec<u8> {
 // count) to chosen values — zero, all ones, just past the image, a metadata block, the
 // journal, another structure's block — and then stores a valid crc, so the damage reaches
 // every check behind the crc: what a buggy or hostile writer could leave.
-
-use crate::format::fuzzing::Structure;
-use crate::format::{
-    decode_indirect, Bounds, DiskInode, Geometry, GroupHeader, XattrBlock, XattrHead, INODE_BYTES,
-    N_DIRECT,
-};
-use crate::fs::{RenameFlags, SetAttr, XattrFlags};
 
 /// The structures of a (pristine) image that damage can pick from: superblock, group
 /// headers, every live inode, directory block, indirect block and xattr block.
