@@ -1,10 +1,13 @@
 //! fsck and inspect: offline readers of an image that never trust what they read.
 //!
 //! `fsck` walks the tree from the root, decodes every inode, indirect, directory and xattr
-//! block it reaches (checking each crc), and compares what it found with the bitmaps, the
-//! group counters and the link counts. With `repair` it rewrites the bitmaps, counters and link
-//! counts from what is reachable and frees unreachable inodes; damaged blocks themselves are
-//! not rebuilt (the entries pointing at them are reported).
+//! block it reaches (checking each crc and the format's decode-time rules, `format::Bounds`),
+//! and compares what it found with the bitmaps, the group counters and the link counts. Each
+//! inconsistency is a [`Finding`]. With `repair` it rewrites the bitmaps, counters, link and
+//! block counts from what is reachable, removes entries naming damaged or free inodes and
+//! clears unreachable inodes — each finding's own repair ([`Finding::repair`]), unless one
+//! says the walk is incomplete ([`Finding::blocks_repair`]). Damaged indirect and xattr
+//! blocks themselves are not rebuilt (reported, exit code 4).
 
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
@@ -372,13 +375,15 @@ impl Checker<'_> {
                 blocks: counted,
             });
         }
-        let kind = d.mode & libc::S_IFMT;
-        if kind == libc::S_IFDIR && !d.size.is_multiple_of(bs) {
-            self.err(Finding::DirSize { ino, size: d.size });
-            self.fixes.push(Fix::Size {
-                ino,
-                size: d.size - d.size % bs,
-            });
+        if d.mode & libc::S_IFMT == libc::S_IFDIR {
+            if !d.size.is_multiple_of(bs) {
+                self.err(Finding::DirSize { ino, size: d.size });
+            }
+            // whole blocks, and (a rule of decode) no more of them than the inode will count
+            let size = (d.size - d.size % bs).min(counted * bs);
+            if size != d.size {
+                self.fixes.push(Fix::Size { ino, size });
+            }
         }
     }
 

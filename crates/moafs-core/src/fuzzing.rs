@@ -1,15 +1,21 @@
-//! Shared by the fuzz targets (`fuzz/`) and the corrupt-image tests: run everything a user
-//! could run on a damaged image and require only that nothing panics or hangs.
+//! Shared by the fuzz targets (`fuzz/`) and the corrupt-image tests: damage an image (byte
+//! patches, or structure-level edits re-sealed), run everything a user could run on it, and
+//! require only that nothing panics or hangs and that fsck's repairs hold.
 
 use crate::device::{BlockDevice, MemDevice};
-use crate::fs::{FileKind, MountOptions, ROOT_INO};
+use crate::format::fuzzing::Structure;
+use crate::format::{
+    decode_indirect, Bounds, DiskInode, Geometry, GroupHeader, XattrBlock, XattrHead, INODE_BYTES,
+    N_DIRECT,
+};
+use crate::fs::{FileKind, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT_INO};
 use crate::Fs;
 use std::sync::Arc;
 
 /// `fsck -n`, mount and walk every file (read data, links, xattrs), unmount, `fsck -y`, and
-/// `fsck -n` again after a repair (only what `-y` leaves by design may remain). Returns whether the first `fsck -n`
-/// found something (errors, or an error return). Panics only if a repair that reported
-/// success leaves errors behind (a bug in fsck).
+/// after a repair `fsck -n` again. Returns whether the first `fsck -n` found something
+/// (errors, or an error return). Panics only if `fsck -n` still finds something `-y` says it
+/// repairs (a bug in fsck).
 pub fn exercise(image: Vec<u8>) -> bool {
     let dev = Arc::new(MemDevice::from_bytes(image.clone()));
     let noticed = match crate::fsck::fsck(dev.as_ref(), false) {
@@ -71,6 +77,52 @@ fn repair_then_check(dev: &MemDevice) {
     }
 }
 
+/// The image the fuzz targets start from (`fuzz/fuzz_targets/base.rs` keeps one per process):
+/// 1 MiB with a directory (whose xattrs span several blocks), small files, a file with an
+/// indirect block and an xattr, and a symlink; cleanly unmounted, or (`needs_replay`) cut
+/// right after a transaction. The same every time, so fuzz inputs replay in tests.
+pub fn populated_image(needs_replay: bool) -> Vec<u8> {
+    use crate::device::{CutMode, FaultConfig, FaultDevice};
+    use crate::fs::Caller;
+    let me = Caller::ROOT;
+    let mem = Arc::new(MemDevice::new(1 << 20));
+    let sb = crate::mkfs::mkfs(mem.as_ref(), &Default::default()).expect("mkfs");
+    let bs = sb.block_size as usize;
+    let fault = Arc::new(FaultDevice::new(
+        mem.clone() as Arc<dyn BlockDevice>,
+        FaultConfig::default(),
+    ));
+    let fs = Fs::mount(
+        fault.clone() as Arc<dyn BlockDevice>,
+        MountOptions::default(),
+    )
+    .expect("mount");
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, me).expect("mkdir");
+    for i in 0..8u8 {
+        let f = fs
+            .create(d.ino, &[b'f', b'0' + i], 0o644, me)
+            .expect("create");
+        fs.write(f.ino, 0, &vec![i; 700 * i as usize + 1])
+            .expect("write");
+    }
+    let big = fs.create(ROOT_INO, b"big", 0o644, me).expect("create");
+    fs.write(big.ino, 0, &vec![3u8; 16 * bs]).expect("write");
+    fs.setxattr(big.ino, b"user.a", b"b", XattrFlags::default())
+        .expect("xattr");
+    // a set over several blocks (head and continuations)
+    fs.setxattr(d.ino, b"user.long", &[7u8; 9000], XattrFlags::default())
+        .expect("xattr");
+    fs.symlink(ROOT_INO, b"l", b"big", me).expect("symlink");
+    if needs_replay {
+        fs.sync().expect("sync");
+        let img = fault.crash_image(CutMode::DropAll).expect("image");
+        drop(fs);
+        return img;
+    }
+    fs.unmount().expect("unmount");
+    fault.crash_image(CutMode::DropAll).expect("image")
+}
+
 /// Applies fuzzer bytes to `base` as patches of 5 bytes: u32 LE offset (modulo the image),
 /// then a byte XORed in.
 pub fn patch(base: &[u8], data: &[u8]) -> Vec<u8> {
@@ -89,13 +141,6 @@ pub fn patch(base: &[u8], data: &[u8]) -> Vec<u8> {
 // count) to chosen values — zero, all ones, just past the image, a metadata block, the
 // journal, another structure's block — and then stores a valid crc, so the damage reaches
 // every check behind the crc: what a buggy or hostile writer could leave.
-
-use crate::format::fuzzing::Structure;
-use crate::format::{
-    decode_indirect, Bounds, DiskInode, Geometry, GroupHeader, XattrBlock, XattrHead, INODE_BYTES,
-    N_DIRECT,
-};
-use crate::fs::{RenameFlags, SetAttr, XattrFlags};
 
 /// The structures of a (pristine) image that damage can pick from: superblock, group
 /// headers, every live inode, directory block, indirect block and xattr block.

@@ -2,8 +2,12 @@
 //! populated image (superblock, group header, both bitmaps, inode table, directory, indirect
 //! and xattr blocks, a journal transaction that needs replay). For each: `fsck -n` notices
 //! (errors, or a clear error return); mount either refuses with a clear error or works and
-//! every file can be walked without a panic; `fsck -y` never panics, and when it reports the
-//! damage repaired a second `fsck -n` is clean.
+//! every file can be walked without a panic; `fsck -y` never panics, and when it repaired
+//! something a second `fsck -n` finds only what `-y` leaves by design.
+//!
+//! Hostile images (issue 19): values under a valid crc — pointers outside the data area, a
+//! huge directory or symlink, counters at their limits — each with a test, and seeded
+//! structure-level damage followed by mutating operations (`fuzzing::exercise_mutating`).
 
 mod common;
 use common::ME;
@@ -225,22 +229,32 @@ fn fsck_y_salvages_damaged_directories_and_inodes() {
 /// `structure` does the same with fuzzer-chosen edits.
 #[test]
 fn structure_damage_then_mutations_never_panic() {
-    let (base, _) = populated();
-    let structures = moafs_core::fuzzing::structures(&base);
+    // this file's image (two groups) and the fuzz targets' (one group, 1 MiB), in turn
+    let images: Vec<(Vec<u8>, Vec<moafs_core::format::fuzzing::Structure>)> =
+        [populated().0, moafs_core::fuzzing::populated_image(false)]
+            .into_iter()
+            .map(|img| {
+                let s = moafs_core::fuzzing::structures(&img);
+                (img, s)
+            })
+            .collect();
     assert!(
-        structures.len() > 50,
-        "few structures found: {}",
-        structures.len()
+        images[0].1.len() > 50 && images[1].1.len() > 20,
+        "few structures found: {} and {}",
+        images[0].1.len(),
+        images[1].1.len()
     );
-    let pristine = moafs_core::fuzzing::exercise_mutating(base.clone());
-    assert!(
-        !pristine.noticed && pristine.mounted,
-        "pristine: {pristine:?}"
-    );
+    for (base, _) in &images {
+        let pristine = moafs_core::fuzzing::exercise_mutating(base.clone());
+        assert!(
+            !pristine.noticed && pristine.mounted,
+            "pristine: {pristine:?}"
+        );
+    }
     let runs: u64 = std::env::var("MOAFS_DAMAGE_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3000);
+        .unwrap_or(5000);
     // A hang fails too: a watchdog ends the process when one image takes 30 s.
     let progress = Arc::new(std::sync::Mutex::new((0u64, std::time::Instant::now())));
     let watched = progress.clone();
@@ -259,12 +273,13 @@ fn structure_damage_then_mutations_never_panic() {
     for seed in 0..runs {
         *progress.lock().unwrap_or_else(|e| e.into_inner()) = (seed, std::time::Instant::now());
         let mut rng = StdRng::seed_from_u64(seed);
-        let edits = rng.gen_range(1..=3);
+        let (base, structures) = &images[(seed % 2) as usize];
+        let edits = rng.gen_range(1..=4);
         let data: Vec<u8> = (0..edits * moafs_core::fuzzing::EDIT_BYTES)
             .map(|_| rng.gen())
             .collect();
         let mut img = base.clone();
-        let touched = moafs_core::fuzzing::damage(&mut img, &structures, &data);
+        let touched = moafs_core::fuzzing::damage(&mut img, structures, &data);
         eprintln!("seed {seed}: {touched:?}");
         let o = moafs_core::fuzzing::exercise_mutating(img);
         noticed += o.noticed as u64;
@@ -583,4 +598,31 @@ fn counters_at_their_limit_do_not_overflow() {
         let _ = fs.mkdir(ino, b"sub", 0o755, ME);
         fs.unmount().unwrap();
     }
+}
+
+/// The inputs the fuzz target `structure` crashed on (`fuzz/regressions/structure/`, kept
+/// with their fixes) replayed without nightly: the same image, the same edits, the same
+/// exercise.
+#[test]
+fn structure_fuzz_regressions_replay() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/structure");
+    let base = moafs_core::fuzzing::populated_image(false);
+    let structures = moafs_core::fuzzing::structures(&base);
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("fuzz/regressions/structure") {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let mut img = base.clone();
+        // as fuzz_targets/structure.rs: at most 8 edits
+        let touched = moafs_core::fuzzing::damage(
+            &mut img,
+            &structures,
+            &data[..data.len().min(8 * moafs_core::fuzzing::EDIT_BYTES)],
+        );
+        eprintln!("{}: {touched:?}", path.display());
+        moafs_core::fuzzing::exercise_mutating(img);
+        n += 1;
+    }
+    assert!(n >= 4, "{n} inputs in {}", dir.display());
 }

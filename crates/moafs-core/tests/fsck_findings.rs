@@ -300,3 +300,36 @@ fn a_lowered_itable_init_is_repaired_whole() {
     let r = check(&dev, false);
     assert!(r.is_clean(), "after -y: {:#?}", r.errors);
 }
+
+#[test]
+fn a_directory_losing_its_block_pointer_keeps_a_decodable_size() {
+    // the root's only block pointer zeroed: -y sets its block count to 0, and must cut its
+    // size to fit, or the repaired root breaks the decode rule size / block_size <= blocks
+    // (found by the fuzz target `structure`)
+    let mut img = image();
+    img.edit(ROOT_INO, |d| d.direct[0] = 0);
+    let dev = img.dev();
+    let r = check(&dev, false);
+    assert!(
+        r.errors.contains(&Finding::BlockCount {
+            ino: ROOT_INO,
+            stored: 1,
+            found: 0
+        }),
+        "{:#?}",
+        r.errors
+    );
+    let r = check(&dev, true);
+    assert!(r.errors.is_empty(), "{:#?}", r.errors);
+    let r = check(&dev, false);
+    assert!(r.is_clean(), "after -y: {:#?}", r.errors);
+    let fs = moafs_core::Fs::mount(dev.clone(), Default::default()).unwrap();
+    assert_eq!(
+        fs.readdir(ROOT_INO, 0, 10).unwrap().len(),
+        2,
+        ". and .. only"
+    );
+    fs.create(ROOT_INO, b"new", 0o644, ME).unwrap();
+    fs.unmount().unwrap();
+    assert!(check(&dev, false).is_clean());
+}

@@ -200,7 +200,10 @@ impl Finding {
             }
             Unreachable { .. } => "the inode slot is cleared (its blocks become free)",
             FreeSlotInUse { .. } | FreeSlotDamaged { .. } => "the slot is cleared",
-            BlockCount { .. } => "the inode's block count is set to the blocks found",
+            BlockCount { .. } => {
+                "the inode's block count is set to the blocks found (a directory's size is cut \
+                 to fit them)"
+            }
             DirSize { .. } => "the directory's size is rounded down to whole blocks",
             LinkCount { .. } => "the link count is set to the links found",
             DirBlockUnreadable { .. } => {
