@@ -22,6 +22,9 @@ pub(crate) struct MountArgs {
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// record=PATH (a write log of every device write, flush and fsync promise, for
     /// `moafs crashcheck PATH`; not with nvm= or ro),
+    /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
+    /// at PATH says so — lines `read OFFSET LEN`, `write OFFSET LEN`, `flush`; see
+    /// docs/TESTING.md),
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     pub(crate) options: Vec<String>,
@@ -54,6 +57,8 @@ pub(crate) struct MountPlan {
     pub(crate) log: Option<PathBuf>,
     /// `record=PATH`: the write log for `moafs crashcheck` (`device/record.rs`).
     pub(crate) record: Option<PathBuf>,
+    /// `faults=PATH`: device faults switched by a control file (`device/switch.rs`).
+    pub(crate) faults: Option<PathBuf>,
     pub(crate) pidfile: Option<PathBuf>,
     pub(crate) stats: Option<PathBuf>,
     /// `-o remount` (mount(8) asks the helper to change the flags of a live mount).
@@ -100,6 +105,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
         nvm_model: Default::default(),
         log: None,
         record: None,
+        faults: None,
         pidfile: None,
         stats: None,
         remount: false,
@@ -258,6 +264,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             "nodefault_permissions" if v.is_none() => p.fuse.default_permissions = false,
             "log" => p.log = Some(path(k, v)?),
             "record" => p.record = Some(path(k, v)?),
+            "faults" => p.faults = Some(path(k, v)?),
             "pidfile" => p.pidfile = Some(path(k, v)?),
             "stats" => p.stats = Some(path(k, v)?),
             // Added by mount.fuse3 and friends; the source name is ours to choose.
@@ -325,6 +332,10 @@ pub(crate) fn serve(
         }
         None => None,
     };
+    if let Some(p) = &plan.faults {
+        // outermost: a request that fails never reaches the write log
+        dev = Arc::new(moafs_core::device::SwitchDevice::new(dev, p.clone()));
+    }
     let tier = match &plan.nvm {
         Some(p) => Some(open_tier(p, plan.nvm_model)?),
         None => None,
@@ -464,6 +475,7 @@ pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
     };
     absolutize(&mut plan.log);
     absolutize(&mut plan.record);
+    absolutize(&mut plan.faults);
     absolutize(&mut plan.pidfile);
     if let Some(r) = &plan.record {
         if let Err(e) = check_record_path(r, &image, &mountpoint) {

@@ -132,3 +132,89 @@ fn backing_write_errors_reach_fsync_and_lose_nothing_acknowledged() {
     assert_fsck_clean(&img);
     drop(space);
 }
+
+/// Read errors and failing flushes switched on in a running daemon (`-o faults=PATH`):
+/// a read of data the daemon must fetch gets EIO and nothing else changes (the same file
+/// reads again once the fault is gone, another file is written and fsynced); a flush that
+/// fails makes the application's fsync return EIO, and every later fsync too, the daemon
+/// stays up and logs it; after a remount every fsynced file is exact and fsck is clean.
+#[test]
+fn read_errors_and_failing_flushes_under_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let ctl = tmp.path().join("faults");
+    let log = tmp.path().join("daemon.log");
+    mkfs(&img, "64M");
+    let opts = format!("faults={},log={}", p(&ctl), p(&log));
+    let switch = |text: &str| {
+        fs::write(&ctl, text).unwrap();
+        // the daemon looks at the file every few milliseconds
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let a_data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    let m = Mounted::new(&img, &mnt, &opts);
+    for (name, data) in [("a", &a_data), ("b", &vec![2u8; 50_000])] {
+        let f = fs::File::create(mnt.join(name)).unwrap();
+        f.write_all_at(data, 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    m.unmount();
+    // a cold daemon: the data of a must come from the device
+    let m = Mounted::new(&img, &mnt, &opts);
+    assert_eq!(fs::metadata(mnt.join("a")).unwrap().len(), 1_000_000);
+    switch("read all\n");
+    let e = fs::read(mnt.join("a")).expect_err("a read of a failing device");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    switch("");
+    assert_eq!(
+        fs::read(mnt.join("a")).unwrap(),
+        a_data,
+        "a after the read fault"
+    );
+    let c = fs::File::create(mnt.join("c")).unwrap();
+    c.write_all_at(b"after a read error", 0).unwrap();
+    c.sync_all()
+        .expect("the file system still works after a read error");
+    // flushes fail: the fsync that needs one fails, and every later one
+    switch("flush\n");
+    let b = fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("b"))
+        .unwrap();
+    b.write_all_at(&[7u8; 8192], 0).unwrap();
+    let e = b.sync_all().expect_err("fsync with failing flushes");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    switch("");
+    c.write_all_at(b"later", 0).unwrap();
+    let e = c.sync_all().expect_err("an fsync after a failed one");
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EROFS)),
+        "{e}"
+    );
+    assert!(!process_gone(m.pid), "the daemon died");
+    drop((b, c));
+    m.unmount();
+    let said = fs::read_to_string(&log).unwrap_or_default();
+    assert!(said.contains("read-only until it is remounted"), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &mnt, "");
+    assert!(fs::read(mnt.join("a")).unwrap() == a_data, "a changed");
+    // a failed fsync promises nothing either way: its writes may have landed before the
+    // flush failed, and the journal then replays them
+    let b_new: Vec<u8> = [vec![7u8; 8192], vec![2u8; 50_000 - 8192]].concat();
+    let b = fs::read(mnt.join("b")).unwrap();
+    assert!(b == vec![2u8; 50_000] || b == b_new, "b is neither version");
+    let c = fs::read(mnt.join("c")).unwrap();
+    assert!(
+        c == b"after a read error" || c == b"later a read error",
+        "c is neither version: {:?}",
+        String::from_utf8_lossy(&c)
+    );
+    m.unmount();
+    assert_fsck_clean(&img);
+}

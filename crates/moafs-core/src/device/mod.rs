@@ -19,6 +19,7 @@ mod model;
 mod nvm;
 mod overlay;
 mod record;
+mod switch;
 
 pub(crate) use fault::random_cut;
 pub use fault::{CutMode, FaultConfig, FaultDevice};
@@ -32,6 +33,7 @@ pub use record::{
     encode_header, LogError, LogRecord, Note, RecordDevice, WriteLog, BASE_BLOCK_BYTES, LOG_MAGIC,
     LOG_VERSION,
 };
+pub use switch::SwitchDevice;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
