@@ -803,3 +803,31 @@ fn read_follows_tells_a_stream_from_a_random_read() {
     assert_eq!(fs.read_follows(999_999, 0), None);
     fs.unmount().unwrap();
 }
+
+/// A symbolic link's target is set when it is made: a write, truncate or fallocate of the
+/// link itself is refused (EINVAL) and the target stays what it was.
+#[test]
+fn a_symlinks_target_is_not_written_as_data() {
+    let dev = new_dev(16 << 20);
+    let fs = mount(&dev);
+    let l = fs.symlink(ROOT_INO, b"l", b"target", ME).expect("symlink");
+    let e = fs
+        .write(l.ino, 0, &[1u8; 5000])
+        .expect_err("write to a link");
+    assert_eq!(e.to_errno(), libc::EINVAL);
+    let set = SetAttr {
+        size: Some(1 << 20),
+        ..Default::default()
+    };
+    assert_eq!(
+        fs.setattr(l.ino, &set).unwrap_err().to_errno(),
+        libc::EINVAL
+    );
+    assert_eq!(
+        fs.fallocate(l.ino, 0, 1 << 20, 0).unwrap_err().to_errno(),
+        libc::EINVAL
+    );
+    assert_eq!(fs.readlink(l.ino).unwrap(), b"target");
+    fs.unmount().unwrap();
+    fsck_clean(&dev);
+}

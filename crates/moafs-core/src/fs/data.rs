@@ -165,6 +165,19 @@ impl Inner {
         Ok(self.bmap(ino, idx)? == 0)
     }
 
+    /// A symbolic link's data is its target, set when it is made: writes, truncates and
+    /// fallocate of it are refused (EINVAL; the kernel resolves the link before such calls,
+    /// so only a caller of the engine's API meets this). Its size stays within the format's
+    /// bound for links.
+    pub(crate) fn symlink_data_refused(&mut self, ino: u64) -> FsResult<()> {
+        if self.inode(ino)?.kind_mode() == libc::S_IFLNK {
+            return Err(FsError::invalid(
+                "a symbolic link's target is not written as data",
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         self.check_writable()?;
         let bs = self.bs() as u64;

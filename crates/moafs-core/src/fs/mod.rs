@@ -498,6 +498,7 @@ impl Fs {
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
         self.mutate(|g| {
             if set.size.is_some() {
+                g.symlink_data_refused(ino)?;
                 g.note_mutated(ino);
             }
             g.setattr(ino, set)
@@ -658,6 +659,7 @@ impl Fs {
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
         let (n, wake, over) = self.mutate(|g| {
+            g.symlink_data_refused(ino)?;
             g.note_mutated(ino);
             let n = g.write(ino, offset, data)?;
             Ok((n, g.wants_write_behind(), g.over_dirty_max()))
@@ -685,6 +687,7 @@ impl Fs {
     /// `mode`: 0, `FALLOC_FL_KEEP_SIZE`, or `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> FsResult<()> {
         self.mutate(|g| {
+            g.symlink_data_refused(ino)?;
             g.note_mutated(ino);
             g.fallocate(ino, offset, len, mode)
         })?;
