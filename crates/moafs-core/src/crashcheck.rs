@@ -664,15 +664,21 @@ mod tests {
     use crate::fs::ROOT_INO;
     use crate::mkfs::{mkfs, MkfsOptions};
 
-    /// Records an in-process run: create, write, fsync, rename over, sync, small rewrites.
-    fn recorded() -> WriteLog {
-        let dir = tempfile::tempdir().expect("tempdir");
+    /// A fresh 16 MiB file system mounted on a recording device whose log is `dir/log`.
+    fn recording(dir: &tempfile::TempDir) -> (Arc<RecordDevice>, Fs, std::path::PathBuf) {
         let path = dir.path().join("log");
         let mem = Arc::new(MemDevice::new(16 << 20));
         mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
         let rec = Arc::new(RecordDevice::create(mem, &path).expect("record"));
         let fs =
             Fs::mount(rec.clone() as Arc<dyn BlockDevice>, MountOptions::default()).expect("mount");
+        (rec, fs, path)
+    }
+
+    /// Records an in-process run: create, write, fsync, rename over, sync, small rewrites.
+    fn recorded() -> WriteLog {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rec, fs, path) = recording(&dir);
         let who = crate::fs::Caller::ROOT;
         let t = fs.create(ROOT_INO, b"target", 0o644, who).expect("create");
         fs.write(t.ino, 0, &[1; 5000]).expect("write");
@@ -817,14 +823,9 @@ mod tests {
     #[test]
     fn record_crashcheck_counts_orphans_the_mount_frees() {
         // A file unlinked while open, committed: every later state holds an orphan, which
-        // fsck -n flags and the mount frees.
+        // fsck -n counts and the mount frees.
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("log");
-        let mem = Arc::new(MemDevice::new(16 << 20));
-        mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
-        let rec = Arc::new(RecordDevice::create(mem, &path).expect("record"));
-        let fs =
-            Fs::mount(rec.clone() as Arc<dyn BlockDevice>, MountOptions::default()).expect("mount");
+        let (rec, fs, path) = recording(&dir);
         let who = crate::fs::Caller::ROOT;
         let a = fs.create(ROOT_INO, b"held", 0o644, who).expect("create");
         fs.write(a.ino, 0, &[9; 10_000]).expect("write");
