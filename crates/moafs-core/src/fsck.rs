@@ -460,6 +460,8 @@ impl Checker<'_> {
                     name: shown,
                     ino,
                 });
+                // a directory has one name: the one the walk met first stays
+                self.fixes.push(remove);
             } else {
                 *self.links.entry(ino).or_default() += 1;
             }

@@ -192,6 +192,34 @@ fn a_pointer_outside_the_data_area_damages_its_inode() {
 }
 
 #[test]
+fn a_second_name_of_a_directory_is_removed() {
+    let mut img = image();
+    let dir = img.dir;
+    let blk = img.inode(ROOT_INO).direct[0] as usize;
+    let mut db = DirBlock::decode(
+        &img.bytes[blk * BS..(blk + 1) * BS],
+        ROOT_INO,
+        0,
+        blk as u64,
+    )
+    .expect("root's block");
+    db.entries.push(moafs_core::format::DirEntryRaw {
+        ino: dir,
+        kind: 4, // DT_DIR
+        name: b"z".to_vec(),
+    });
+    img.bytes[blk * BS..(blk + 1) * BS].copy_from_slice(&db.encode(ROOT_INO, 0, BS as u32));
+    repaired_exactly(
+        &img,
+        vec![Finding::SecondDirLink {
+            dir: ROOT_INO,
+            name: "z".into(),
+            ino: dir,
+        }],
+    );
+}
+
+#[test]
 fn a_block_used_twice_is_left_and_the_rest_repaired() {
     let mut img = image();
     let (a, b) = (img.a, img.b);

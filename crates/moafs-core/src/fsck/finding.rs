@@ -211,6 +211,9 @@ impl Finding {
                  named are cleared)"
             }
             EntryInvalidInode { .. } | EntryFreeInode { .. } => "the entry is removed",
+            SecondDirLink { .. } => {
+                "the entry is removed (a directory keeps the name the walk met first)"
+            }
             EntryType { .. } => "the entry's type is set to its inode's",
             WrongParent { .. } => "the parent field is set to the directory listing it",
             RootDamaged
@@ -219,7 +222,6 @@ impl Finding {
             | PointerOutside { .. }
             | BlockUsedTwice { .. }
             | BlockDamaged { .. }
-            | SecondDirLink { .. }
             | RecordUnlisted { .. }
             | RecordUnmapped { .. } => return None,
         })
