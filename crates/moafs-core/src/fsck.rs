@@ -156,12 +156,18 @@ struct Checker<'a> {
 enum Fix {
     /// A directory block that does not decode becomes empty (its entries are lost).
     EmptyDirBlock { at: (u64, u64, u64) },
-    /// An entry naming an invalid, free or damaged inode is removed.
-    RemoveEntry { at: (u64, u64, u64), name: Vec<u8> },
+    /// An entry naming an invalid, free or damaged inode is removed. Entries are matched by
+    /// name *and* inode: a damaged block may hold one name twice, and the other may be good.
+    RemoveEntry {
+        at: (u64, u64, u64),
+        name: Vec<u8>,
+        ino: u64,
+    },
     /// An entry's type byte is set to its inode's type.
     EntryType {
         at: (u64, u64, u64),
         name: Vec<u8>,
+        ino: u64,
         kind: u8,
     },
     /// A directory's parent field is set to the directory that lists it.
@@ -443,6 +449,7 @@ impl Checker<'_> {
         let remove = Fix::RemoveEntry {
             at,
             name: name.to_vec(),
+            ino,
         };
         if !self.geo.valid_ino(ino) {
             self.err(Finding::EntryInvalidInode {
@@ -489,6 +496,7 @@ impl Checker<'_> {
                 Some(kind) => self.fixes.push(Fix::EntryType {
                     at,
                     name: name.to_vec(),
+                    ino,
                     kind,
                 }),
                 None => {
@@ -1005,9 +1013,17 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
         };
         match fix {
             Fix::EmptyDirBlock { .. } => db.entries.clear(),
-            Fix::RemoveEntry { name, .. } => db.entries.retain(|e| e.name != name),
-            Fix::EntryType { name, kind, .. } => {
-                for e in db.entries.iter_mut().filter(|e| e.name == name) {
+            Fix::RemoveEntry { name, ino, .. } => {
+                db.entries.retain(|e| e.name != name || e.ino != ino)
+            }
+            Fix::EntryType {
+                name, ino, kind, ..
+            } => {
+                for e in db
+                    .entries
+                    .iter_mut()
+                    .filter(|e| e.name == name && e.ino == ino)
+                {
                     e.kind = kind;
                 }
             }

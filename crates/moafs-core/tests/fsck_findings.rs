@@ -191,6 +191,45 @@ fn a_pointer_outside_the_data_area_damages_its_inode() {
     fs.unmount().unwrap();
 }
 
+/// A damaged block may hold one name twice: removing the entry that names a free inode
+/// keeps the other (found by the structure fuzz target: `-y` removed both, and the good
+/// file became unreachable).
+#[test]
+fn removing_a_bad_entry_keeps_a_good_one_of_the_same_name() {
+    let mut img = image();
+    let (dir, a) = (img.dir, img.a);
+    let blk = img.inode(dir).direct[0] as usize;
+    let mut db = DirBlock::decode(&img.bytes[blk * BS..(blk + 1) * BS], dir, 0, blk as u64)
+        .expect("directory block");
+    let free = 40; // never allocated in this image
+    db.entries.insert(
+        0,
+        moafs_core::format::DirEntryRaw {
+            ino: free,
+            kind: 8, // DT_REG
+            name: b"a".to_vec(),
+        },
+    );
+    img.bytes[blk * BS..(blk + 1) * BS].copy_from_slice(&db.encode(dir, 0, BS as u32));
+    repaired_exactly(
+        &img,
+        vec![Finding::EntryFreeInode {
+            dir,
+            name: "a".into(),
+            ino: free,
+        }],
+    );
+    // and `a` is still there, with its data
+    let dev = img.dev();
+    fsck(dev.as_ref() as &dyn BlockDevice, true).unwrap();
+    let fs = common::mount(&dev);
+    let d = fs.lookup(ROOT_INO, b"d").unwrap();
+    let got = fs.lookup(d.ino, b"a").unwrap();
+    assert_eq!(got.ino, a);
+    assert_eq!(fs.read(a, 0, 100).unwrap(), vec![1u8; 100]);
+    fs.unmount().unwrap();
+}
+
 #[test]
 fn a_second_name_of_a_directory_is_removed() {
     let mut img = image();
