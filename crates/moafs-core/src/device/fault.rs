@@ -79,10 +79,11 @@ struct State {
     fail_flushes: bool,
 }
 
-fn in_ranges(ranges: &[(u64, u64)], offset: u64, len: u64) -> bool {
+/// Whether a request of `len` bytes at `offset` touches one of the (offset, len) ranges.
+pub(crate) fn in_ranges(ranges: &[(u64, u64)], offset: u64, len: u64) -> bool {
     ranges
         .iter()
-        .any(|&(o, l)| offset < o + l && o < offset + len.max(1))
+        .any(|&(o, l)| offset < o.saturating_add(l) && o < offset + len.max(1))
 }
 
 /// A device that keeps unflushed writes volatile and can simulate power cuts.

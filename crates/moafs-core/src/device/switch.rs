@@ -12,6 +12,7 @@
 //! Sizes take K/M/G suffixes; `all` as OFFSET means the whole device. A line it cannot
 //! parse is logged and ignored (a test that writes one finds its fault never fires).
 
+use super::fault::in_ranges as touches;
 use super::{check_range, iov_len, BlockDevice, DevResult, DeviceCounters, DeviceError};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -28,13 +29,7 @@ struct Faults {
 }
 
 fn size(s: &str) -> Option<u64> {
-    let (num, mul) = match s.char_indices().last()? {
-        (i, 'K' | 'k') => (&s[..i], 1 << 10),
-        (i, 'M' | 'm') => (&s[..i], 1 << 20),
-        (i, 'G' | 'g') => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mul)
+    crate::parse_size(s).ok()
 }
 
 impl Faults {
@@ -66,12 +61,6 @@ impl Faults {
     }
 }
 
-fn touches(ranges: &[(u64, u64)], offset: u64, len: u64) -> bool {
-    ranges
-        .iter()
-        .any(|&(o, l)| offset < o.saturating_add(l) && o < offset + len.max(1))
-}
-
 struct Control {
     checked: Instant,
     seen: Option<(SystemTime, u64)>,
@@ -98,8 +87,9 @@ impl SwitchDevice {
         }
     }
 
-    /// The faults in force now (the control file re-read if it changed).
-    fn faults(&self) -> Faults {
+    /// Whether `pick` says the faults in force now (the control file re-read if it changed)
+    /// fail a request.
+    fn fails(&self, pick: impl FnOnce(&Faults) -> bool) -> bool {
         let mut c = self.control.lock().unwrap_or_else(|e| e.into_inner());
         if c.checked.elapsed() >= RECHECK {
             c.checked = Instant::now();
@@ -116,7 +106,7 @@ impl SwitchDevice {
                 }
             }
         }
-        c.faults.clone()
+        pick(&c.faults)
     }
 }
 
@@ -126,7 +116,7 @@ impl BlockDevice for SwitchDevice {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
         check_range(offset, buf.len() as u64, self.size())?;
-        if touches(&self.faults().reads, offset, buf.len() as u64) {
+        if self.fails(|f| touches(&f.reads, offset, buf.len() as u64)) {
             return Err(DeviceError::Injected { offset });
         }
         self.inner.read_at(offset, buf)
@@ -135,13 +125,13 @@ impl BlockDevice for SwitchDevice {
         self.writev_at(offset, &[buf])
     }
     fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        if touches(&self.faults().writes, offset, iov_len(bufs)) {
+        if self.fails(|f| touches(&f.writes, offset, iov_len(bufs))) {
             return Err(DeviceError::Injected { offset });
         }
         self.inner.writev_at(offset, bufs)
     }
     fn flush(&self) -> DevResult<()> {
-        if self.faults().flush {
+        if self.fails(|f| f.flush) {
             return Err(DeviceError::Injected { offset: 0 });
         }
         self.inner.flush()
