@@ -8,6 +8,7 @@ pub mod cowrite_exp;
 pub mod filebench;
 pub mod html;
 pub mod hygiene;
+pub mod latency;
 pub mod managed;
 pub mod micro;
 pub mod postmark;

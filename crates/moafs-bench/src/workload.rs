@@ -27,6 +27,9 @@ pub struct Outcome {
     pub bytes_written: u64,
     /// Workload-specific measures (phases, per-phase rates).
     pub detail: serde_json::Value,
+    /// Latency percentiles of the measured phase by operation type (empty where the
+    /// workload does not time single operations).
+    pub latency: BTreeMap<String, crate::latency::LatencySummary>,
 }
 
 impl Outcome {
@@ -42,6 +45,7 @@ impl Outcome {
             bytes_read: 0,
             bytes_written: 0,
             detail: serde_json::Value::Null,
+            latency: BTreeMap::new(),
         }
     }
 
@@ -58,6 +62,12 @@ impl Outcome {
 
     pub fn detail(mut self, v: serde_json::Value) -> Outcome {
         self.detail = v;
+        self
+    }
+
+    /// The measured phase's latencies.
+    pub fn latency(mut self, l: &crate::latency::Latencies) -> Outcome {
+        self.latency = l.summary();
         self
     }
 
