@@ -105,7 +105,7 @@ impl Spec {
                 let r = crate::postmark::run(t, c)?;
                 let k = &r.counts;
                 Ok(Outcome::new(
-                    c.transactions as f64,
+                    r.transactions_done as f64,
                     "transactions",
                     r.transaction_secs,
                     start,
@@ -116,6 +116,7 @@ impl Spec {
                 .count("deletes", k.deletes + k.deleted_final)
                 .count("skipped", k.skipped)
                 .bytes(k.bytes_read, k.bytes_written)
+                .latency(&r.latency)
                 .detail(serde_json::to_value(&r).unwrap_or_default()))
             }
             Spec::Filebench(c) => {

@@ -1,5 +1,7 @@
 use moafs_bench::postmark::{run, PostmarkConfig};
-use moafs_bench::target::{append_file, create_file, DirTarget, EngineTarget, Target};
+use moafs_bench::target::{append_file, create_file, DirTarget, EngineTarget, Fh, Mode, Target};
+use std::io;
+use std::sync::Mutex;
 
 fn small(seed: u64) -> PostmarkConfig {
     PostmarkConfig {
@@ -18,17 +20,28 @@ fn operation_mix_adds_up_and_leaves_nothing_behind() {
     let r = run(&t, &cfg).unwrap();
     let c = &r.counts;
     assert_eq!(c.created_initial, 300);
-    // every transaction is one (read | append) and one (create | delete)
+    // every transaction is one (read | append) and one (create | delete); a half that did
+    // nothing (an append to a full file, a create with the table full) is `skipped`
+    assert_eq!(r.transactions_done, 2_000);
     assert_eq!(
         c.reads + c.appends + c.creates + c.deletes + c.skipped,
         2 * 2_000
     );
-    assert_eq!(c.skipped, 0, "300 files never run out here");
     // biases 5/10: each side near half (binomial, n = 2000: ±6 sd is ±134)
     for (n, what) in [(c.reads, "reads"), (c.creates, "creates")] {
         assert!((866..=1134).contains(&n), "{what} = {n}");
     }
     assert_eq!(c.deleted_final, 300 + c.creates - c.deletes);
+    // one latency sample per transaction half of each kind
+    let l = moafs_bench::latency::Latencies::summary(&r.latency);
+    for (k, n) in [
+        ("read", c.reads),
+        ("append", c.appends),
+        ("create", c.creates),
+        ("delete", c.deletes),
+    ] {
+        assert_eq!(l[k].count, n, "{k}");
+    }
     // bytes written: the initial files, the creates, the appends — each at least 1 byte
     assert!(c.bytes_written >= 512 * (300 + c.creates) + c.appends);
     assert!(c.bytes_read > 0);
@@ -64,8 +77,9 @@ fn same_seed_same_operations_on_every_target() {
 }
 
 #[test]
-fn reads_return_what_was_written() {
-    // One file, no transactions that create or delete: reads see the initial size plus appends.
+fn reads_return_what_was_written_and_running_out_of_files_ends_the_phase() {
+    // One file, reads only, deletes only: the first transaction reads it and deletes it, the
+    // second finds no file ("out of files!") and the phase ends, as postmark's does.
     let cfg = PostmarkConfig {
         files: 1,
         subdirs: 0,
@@ -76,14 +90,188 @@ fn reads_return_what_was_written() {
         create_bias: 0,
         ..PostmarkConfig::fsl()
     };
-    // create_bias 0 means every second half is a delete: the only file goes at once, and the
-    // rest of the transactions find nothing.
     let t = EngineTarget::in_memory(64 << 20).unwrap();
-    let c = run(&t, &cfg).unwrap().counts;
+    let r = run(&t, &cfg).unwrap();
+    let c = &r.counts;
     assert_eq!((c.reads, c.deletes), (1, 1));
     assert_eq!(c.bytes_read, 1000);
-    assert_eq!(c.skipped, 2 * 50 - 2);
+    assert_eq!(r.transactions_done, 1);
     assert_eq!(c.deleted_final, 0);
+}
+
+/// An engine target that remembers the largest file it was asked to delete and every open
+/// mode.
+struct Watch {
+    inner: EngineTarget,
+    largest_deleted: Mutex<u64>,
+}
+
+impl Target for Watch {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn mkdir(&self, p: &str) -> io::Result<()> {
+        self.inner.mkdir(p)
+    }
+    fn rmdir(&self, p: &str) -> io::Result<()> {
+        self.inner.rmdir(p)
+    }
+    fn remove(&self, p: &str) -> io::Result<()> {
+        let size = self.inner.stat(p)?;
+        let mut m = self.largest_deleted.lock().unwrap();
+        *m = (*m).max(size);
+        self.inner.remove(p)
+    }
+    fn stat(&self, p: &str) -> io::Result<u64> {
+        self.inner.stat(p)
+    }
+    fn open(&self, p: &str, mode: Mode) -> io::Result<Fh> {
+        self.inner.open(p, mode)
+    }
+    fn write_at(&self, fh: &Fh, off: u64, d: &[u8]) -> io::Result<()> {
+        self.inner.write_at(fh, off, d)
+    }
+    fn read_at(&self, fh: &Fh, off: u64, b: &mut [u8]) -> io::Result<usize> {
+        self.inner.read_at(fh, off, b)
+    }
+    fn fsync(&self, fh: &Fh) -> io::Result<()> {
+        self.inner.fsync(fh)
+    }
+    fn close(&self, fh: Fh) -> io::Result<()> {
+        self.inner.close(fh)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+}
+
+#[test]
+fn appends_never_grow_a_file_past_the_high_size() {
+    // appends only (no creates or deletes): 20 files, 3,000 appends. Without postmark's cap
+    // (append RND(high - size) + 1 bytes, only below high) the files would reach ~ 1 MB.
+    let cfg = PostmarkConfig {
+        files: 20,
+        subdirs: 0,
+        transactions: 3_000,
+        size_low: 512,
+        size_high: 4096,
+        read_bias: 0,
+        create_bias: -1,
+        ..PostmarkConfig::fsl()
+    };
+    let t = Watch {
+        inner: EngineTarget::in_memory(64 << 20).unwrap(),
+        largest_deleted: Mutex::new(0),
+    };
+    let r = run(&t, &cfg).unwrap();
+    let c = &r.counts;
+    assert_eq!(c.appends + c.skipped, 3_000);
+    assert!(
+        c.appends > 20 && c.skipped > 2_000,
+        "the files fill up: {c:?}"
+    );
+    assert_eq!(c.deleted_final, 20);
+    let largest = *t.largest_deleted.lock().unwrap();
+    assert!(largest <= 4096, "a file of {largest} bytes");
+    // the files end full or nearly: all written bytes are in them, at most 20 × high
+    assert!(c.bytes_written <= 20 * 4096, "{c:?}");
+    assert!(largest > 4000, "{largest}");
+}
+
+/// postmark's verbose report: (created, read, appended, deleted) and the bytes read and
+/// written as it prints them ("3.27 megabytes", "953.12 kilobytes").
+fn postmark_report(text: &str) -> Option<((u64, u64, u64, u64), String, String)> {
+    let num = |what: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(what))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let amount = |what: &str| -> Option<String> {
+        let l = text
+            .lines()
+            .find(|l| l.contains(what) && l.contains("bytes"))?;
+        let w: Vec<&str> = l.split_whitespace().collect();
+        Some(format!("{} {}", w.first()?, w.get(1)?))
+    };
+    Some((
+        (
+            num("created")?,
+            num("read")?,
+            num("appended")?,
+            num("deleted")?,
+        ),
+        amount(" read (")?,
+        amount(" written (")?,
+    ))
+}
+
+/// postmark's `scalef`.
+fn scalef(b: u64) -> String {
+    let b = b as f32;
+    if b / 1_048_576.0 > 1.0 {
+        format!("{:.2} megabytes", b / 1_048_576.0)
+    } else {
+        format!("{:.2} kilobytes", b / 1024.0)
+    }
+}
+
+#[test]
+fn same_operations_as_the_postmark_program() {
+    // The native run draws postmark's random numbers in postmark's order: with the same
+    // configuration it creates, reads, appends and deletes exactly what `postmark` does.
+    if !moafs_bench::tools::installed("postmark") {
+        eprintln!("postmark not installed: skipped");
+        return;
+    }
+    for (seed, subdirs, low, high, block) in [(7, 5, 500, 10_000, 512), (42, 0, 100, 3000, 4096)] {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("pm.cfg");
+        std::fs::create_dir(dir.path().join("work")).unwrap();
+        std::fs::write(
+            &conf,
+            format!(
+                "set location {}\nset number 200\nset subdirectories {subdirs}\n\
+                 set size {low} {high}\nset read {block}\nset write {block}\n\
+                 set buffering false\nset transactions 1000\nset seed {seed}\nrun\nquit\n",
+                dir.path().join("work").display()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new("postmark")
+            .arg(&conf)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let theirs = postmark_report(&text).unwrap_or_else(|| panic!("{text}"));
+        let cfg = PostmarkConfig {
+            files: 200,
+            subdirs,
+            size_low: low,
+            size_high: high,
+            transactions: 1000,
+            read_block: block,
+            write_block: block,
+            seed,
+            ..PostmarkConfig::fsl()
+        };
+        let t = EngineTarget::in_memory(256 << 20).unwrap();
+        let r = run(&t, &cfg).unwrap();
+        let c = &r.counts;
+        let ours = (
+            (
+                c.created_initial + c.creates,
+                c.reads,
+                c.appends,
+                c.deletes + c.deleted_final,
+            ),
+            scalef(c.bytes_read),
+            scalef(c.bytes_written),
+        );
+        assert_eq!(ours, theirs, "seed {seed}: {text}");
+    }
 }
 
 #[test]
