@@ -4,7 +4,8 @@
 //! Each has a setup phase (not measured) and a measured phase; `between` runs in between
 //! (the harness drops caches there for scenario A).
 
-use crate::target::{create_file, create_repeated, Fh, Mode, Target};
+use crate::latency::Latencies;
+use crate::target::{create_file, Fh, Mode, Target};
 use crate::workload::Outcome;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -21,9 +22,11 @@ fn random_bytes(n: usize, rng: &mut StdRng) -> Vec<u8> {
     (0..n).map(|_| rng.gen()).collect()
 }
 
-/// sysbench fileio `rndrd`: `files` files of `total / files` bytes are written (prepare), then
-/// `requests` reads of `block` bytes at block-aligned offsets uniform over the total size,
-/// through handles opened once (sysbench keeps its files open).
+/// sysbench fileio `rndrd` as paper 001 ran it: `files` files of `total / files` bytes are
+/// written (prepare), written back and dropped from every cache (`sync`, the kernel's
+/// `drop_caches` — root — and the file system's own cache), then `requests` reads of `block`
+/// bytes at block-aligned offsets uniform over the total size, through handles opened once
+/// (sysbench keeps its files open). Whether the cache was dropped is in the outcome's detail.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RandReadConfig {
     pub files: usize,
@@ -31,6 +34,53 @@ pub struct RandReadConfig {
     pub block: usize,
     pub requests: usize,
     pub seed: u64,
+}
+
+impl RandReadConfig {
+    /// Paper 001: 128 files, 4 GiB in all, 1,000 requests of `block` bytes.
+    pub fn paper(block: usize, seed: u64) -> RandReadConfig {
+        RandReadConfig {
+            files: 128,
+            total: 4 << 30,
+            block,
+            requests: 1000,
+            seed,
+        }
+    }
+}
+
+/// Bytes free for an unprivileged writer in `dir`.
+fn free_bytes(dir: &std::path::Path) -> io::Result<u64> {
+    let st = nix::sys::statvfs::statvfs(dir).map_err(io::Error::from)?;
+    Ok(st.blocks_available() as u64 * st.fragment_size() as u64)
+}
+
+fn too_small(need: u64, have: Option<u64>) -> io::Error {
+    let have = match have {
+        Some(h) => format!("has {} MiB free", h >> 20),
+        None => "ran out of space".to_string(),
+    };
+    io::Error::other(format!(
+        "rndrd: its files need {} MiB and the target {have}: give the target a larger image \
+         (--size {}G) or a smaller --scale",
+        need >> 20,
+        (need >> 30) + 2
+    ))
+}
+
+/// `sync`, then the kernel's caches (for a target with a directory; needs root) and the
+/// target's own. Returns whether everything was dropped, and why not.
+fn drop_all_caches(t: &dyn Target) -> io::Result<(bool, Option<String>)> {
+    t.sync()?;
+    let mut why = None;
+    if t.dir().is_some() {
+        if let Err(e) = crate::hygiene::drop_caches() {
+            eprintln!("warning: {e}: the page cache was not dropped before the measured reads");
+            why = Some(e.to_string());
+        }
+    }
+    t.drop_own_cache()?;
+    Ok((why.is_none(), why))
 }
 
 pub fn rand_read(
@@ -44,20 +94,36 @@ pub fn rand_read(
             "rndrd: need files > 0 and files of at least one block",
         ));
     }
+    let need = per * cfg.files as u64;
+    if let Some(dir) = t.dir() {
+        let free = free_bytes(dir)?;
+        // room for the data and a little metadata
+        if free < need + need / 64 {
+            return Err(too_small(need, Some(free)));
+        }
+    }
     let start = Instant::now();
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     let chunk = random_bytes(1 << 20, &mut rng);
+    let nospace = |e: io::Error| {
+        if e.raw_os_error() == Some(nix::libc::ENOSPC) {
+            too_small(need, None)
+        } else {
+            e
+        }
+    };
     t.mkdir("rr")?;
     for f in 0..cfg.files {
         let fh = t.open(&format!("rr/test_file.{f}"), Mode::Create)?;
         let mut off = 0;
         while off < per {
             let n = (per - off).min(chunk.len() as u64) as usize;
-            t.write_at(&fh, off, &chunk[..n])?;
+            t.write_at(&fh, off, &chunk[..n]).map_err(nospace)?;
             off += n as u64;
         }
-        t.close(fh)?;
+        t.close(fh).map_err(nospace)?;
     }
+    let (dropped, why) = drop_all_caches(t).map_err(nospace)?;
     between()?;
     let handles: Vec<Fh> = (0..cfg.files)
         .map(|f| t.open(&format!("rr/test_file.{f}"), Mode::Read))
@@ -65,11 +131,14 @@ pub fn rand_read(
     let blocks_per_file = per / cfg.block as u64;
     let mut buf = vec![0u8; cfg.block];
     let mut read = 0u64;
+    let mut lat = Latencies::new();
     let measured = Instant::now();
     for _ in 0..cfg.requests {
         let f = rng.gen_range(0..cfg.files);
         let b = rng.gen_range(0..blocks_per_file);
+        let t0 = Instant::now();
         read += t.read_at(&handles[f], b * cfg.block as u64, &mut buf)? as u64;
+        lat.record("read", t0.elapsed());
     }
     let secs = measured.elapsed().as_secs_f64();
     for h in handles {
@@ -78,7 +147,14 @@ pub fn rand_read(
     Ok(Outcome::new(cfg.requests as f64, "reads", secs, start)
         .count("prepare_files", cfg.files as u64)
         .count("reads", cfg.requests as u64)
-        .bytes(read, per * cfg.files as u64))
+        .bytes(read, need)
+        .latency(&lat)
+        .detail(serde_json::json!({
+            "files": cfg.files,
+            "file_bytes": per,
+            "cache_dropped": dropped,
+            "cache_not_dropped_because": why,
+        })))
 }
 
 /// tiotest's random write phase: each of `threads` files of `file_size` is written
@@ -115,23 +191,29 @@ pub fn small_writes(
     }
     between()?;
     let measured = Instant::now();
-    let results: Vec<io::Result<()>> = std::thread::scope(|s| {
+    let results: Vec<io::Result<Latencies>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..cfg.threads)
             .map(|k| {
                 let data = &data;
                 s.spawn(move || {
                     let mut rng = StdRng::seed_from_u64(cfg.seed ^ (k as u64 + 1) << 32);
+                    let mut lat = Latencies::new();
                     let fh = t.open(&format!("tio/file.{k}"), Mode::ReadWrite)?;
                     let slots = cfg.file_size / cfg.io as u64;
                     for _ in 0..cfg.writes {
                         let at = rng.gen_range(0..slots) * cfg.io as u64;
                         let from = rng.gen_range(0..=data.len() - cfg.io);
+                        let t0 = Instant::now();
                         t.write_at(&fh, at, &data[from..from + cfg.io])?;
+                        lat.record("write", t0.elapsed());
                         if cfg.fsync {
+                            let t0 = Instant::now();
                             t.fsync(&fh)?;
+                            lat.record("fsync", t0.elapsed());
                         }
                     }
-                    t.close(fh)
+                    t.close(fh)?;
+                    Ok(lat)
                 })
             })
             .collect();
@@ -143,12 +225,16 @@ pub fn small_writes(
             .collect()
     });
     let secs = measured.elapsed().as_secs_f64();
-    results.into_iter().collect::<io::Result<Vec<()>>>()?;
+    let mut lat = Latencies::new();
+    for l in results {
+        lat.merge(&l?);
+    }
     let n = (cfg.threads * cfg.writes) as u64;
     Ok(Outcome::new(n as f64, "writes", secs, start)
         .count("files", cfg.threads as u64)
         .count("writes", n)
-        .bytes(0, n * cfg.io as u64 + cfg.file_size * cfg.threads as u64))
+        .bytes(0, n * cfg.io as u64 + cfg.file_size * cfg.threads as u64)
+        .latency(&lat))
 }
 
 /// Bonnie++'s block phases: write a `size`-byte file in `block` writes, rewrite it (read a
@@ -176,15 +262,16 @@ pub fn bonnie(
     let bytes = blocks * cfg.block as u64;
     let mib = bytes as f64 / f64::from(1 << 20);
     let mut phase = BTreeMap::new();
+    let mut lat = Latencies::new();
     between()?;
     let measured = Instant::now();
     // sequential output, block: write, then fsync so the data is on the device
     let t0 = Instant::now();
     let fh = t.open("bonnie.dat", Mode::Create)?;
     for b in 0..blocks {
-        t.write_at(&fh, b * cfg.block as u64, &block)?;
+        lat.time("write", || t.write_at(&fh, b * cfg.block as u64, &block))?;
     }
-    t.fsync(&fh)?;
+    lat.time("fsync", || t.fsync(&fh))?;
     t.close(fh)?;
     phase.insert("write_mib_per_sec", mib / t0.elapsed().as_secs_f64());
     // rewrite: read each block and write it back in place
@@ -193,17 +280,23 @@ pub fn bonnie(
     let mut buf = vec![0u8; cfg.block];
     for b in 0..blocks {
         let off = b * cfg.block as u64;
-        t.read_at(&fh, off, &mut buf)?;
+        lat.time("rewrite_read", || t.read_at(&fh, off, &mut buf))?;
         buf[0] ^= 1;
-        t.write_at(&fh, off, &buf)?;
+        lat.time("rewrite_write", || t.write_at(&fh, off, &buf))?;
     }
-    t.fsync(&fh)?;
+    lat.time("fsync", || t.fsync(&fh))?;
     t.close(fh)?;
     phase.insert("rewrite_mib_per_sec", mib / t0.elapsed().as_secs_f64());
     // sequential input, block
     let t0 = Instant::now();
     let fh = t.open("bonnie.dat", Mode::Read)?;
-    let read = crate::target::read_whole(t, &fh, &mut buf)?;
+    let mut read = 0u64;
+    loop {
+        match lat.time("read", || t.read_at(&fh, read, &mut buf))? {
+            0 => break,
+            n => read += n as u64,
+        }
+    }
     t.close(fh)?;
     phase.insert("read_mib_per_sec", mib / t0.elapsed().as_secs_f64());
     let secs = measured.elapsed().as_secs_f64();
@@ -213,6 +306,7 @@ pub fn bonnie(
         .count("block_reads", 2 * blocks)
         .count("fsyncs", 2)
         .bytes(read + bytes, 2 * bytes)
+        .latency(&lat)
         .detail(serde_json::to_value(phase).unwrap_or_default()))
 }
 
@@ -281,49 +375,78 @@ pub fn micro(
                 }
                 t.sync()?;
                 between()?;
+                let mut lat = Latencies::new();
                 let measured = Instant::now();
                 let mut read = 0;
                 for &(d, f) in &order {
-                    read += crate::target::read_file(t, &path(d, f), cfg.file_size)?;
+                    read += lat.time("read_file", || {
+                        crate::target::read_file(t, &path(d, f), cfg.file_size)
+                    })?;
                 }
                 let secs = measured.elapsed().as_secs_f64();
                 return Ok(Outcome::new(n as f64, "files", secs, start)
                     .count("creates", n)
                     .count("reads", n)
-                    .bytes(read, n * cfg.file_size as u64));
+                    .bytes(read, n * cfg.file_size as u64)
+                    .latency(&lat));
             }
             between()?;
+            let mut lat = Latencies::new();
             let measured = Instant::now();
             for &(d, f) in &order {
-                create_file(t, &path(d, f), &data, cfg.file_size)?;
+                lat.time("create_file", || {
+                    create_file(t, &path(d, f), &data, cfg.file_size)
+                })?;
             }
-            t.sync()?;
+            lat.time("sync", || t.sync())?;
             let secs = measured.elapsed().as_secs_f64();
             Ok(Outcome::new(n as f64, "files", secs, start)
                 .count("creates", n)
                 .count("syncs", 1)
-                .bytes(0, n * cfg.file_size as u64))
+                .bytes(0, n * cfg.file_size as u64)
+                .latency(&lat))
         }
         MicroTest::Large => {
             let block = 1 << 20;
             let data = random_bytes(block, &mut rng);
             between()?;
+            let mut lat = Latencies::new();
             let measured = Instant::now();
             let mut written = 0;
             for k in 0..cfg.large_files {
-                written += create_repeated(t, &format!("large.{k}"), &data, cfg.large_size)?;
+                // as create_repeated: 1 MiB writes, the last one shorter
+                let fh = t.open(&format!("large.{k}"), Mode::Create)?;
+                let mut off = 0;
+                while off < cfg.large_size {
+                    let len = (cfg.large_size - off).min(block as u64) as usize;
+                    lat.time("write", || t.write_at(&fh, off, &data[..len]))?;
+                    off += len as u64;
+                }
+                t.close(fh)?;
+                written += off;
             }
-            t.sync()?;
+            lat.time("sync", || t.sync())?;
             let mut read = 0;
+            let mut buf = vec![0u8; block];
             for k in 0..cfg.large_files {
-                read += crate::target::read_file(t, &format!("large.{k}"), block)?;
+                let fh = t.open(&format!("large.{k}"), Mode::Read)?;
+                let mut off = 0u64;
+                loop {
+                    match lat.time("read", || t.read_at(&fh, off, &mut buf))? {
+                        0 => break,
+                        n => off += n as u64,
+                    }
+                }
+                t.close(fh)?;
+                read += off;
             }
             let secs = measured.elapsed().as_secs_f64();
             let mib = (written + read) as f64 / f64::from(1 << 20);
             Ok(Outcome::new(mib, "MiB", secs, start)
                 .count("files", cfg.large_files as u64)
                 .count("syncs", 1)
-                .bytes(read, written))
+                .bytes(read, written)
+                .latency(&lat))
         }
     }
 }

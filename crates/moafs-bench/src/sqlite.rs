@@ -77,6 +77,7 @@ pub fn run(
     let db = rusqlite::Connection::open(&path).map_err(db_err)?;
     db.execute_batch("PRAGMA synchronous=FULL;")
         .map_err(db_err)?;
+    let mut lat = crate::latency::Latencies::new();
     let measured = Instant::now();
     {
         let mut upd = db
@@ -84,8 +85,10 @@ pub fn run(
             .map_err(db_err)?;
         for _ in 0..cfg.updates {
             let id = rng.gen_range(0..cfg.rows) as i64;
-            let changed = upd
-                .execute(rusqlite::params![value(&mut rng), id])
+            let v = value(&mut rng);
+            // one autocommit transaction: the update and its commit (journal, fsyncs)
+            let changed = lat
+                .time("update", || upd.execute(rusqlite::params![v, id]))
                 .map_err(db_err)?;
             if changed != 1 {
                 return Err(io::Error::other(format!("sqlite: row {id} not updated")));
@@ -104,6 +107,7 @@ pub fn run(
         Outcome::new(cfg.updates as f64, "transactions", secs, start)
             .count("inserts", cfg.rows as u64)
             .count("updates", cfg.updates as u64)
-            .bytes(0, ((cfg.rows + cfg.updates) * cfg.value_size) as u64),
+            .bytes(0, ((cfg.rows + cfg.updates) * cfg.value_size) as u64)
+            .latency(&lat),
     )
 }

@@ -2,6 +2,7 @@
 //! program in the target's directory and reads its own result from its output. They need a
 //! mounted target and the tool installed (`moafs bench` says which is missing).
 
+use crate::latency::LatencySummary;
 use crate::target::Target;
 use crate::workload::Outcome;
 use serde::Serialize;
@@ -26,8 +27,9 @@ pub enum Tool {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolConfig {
     pub tool: Tool,
-    /// postmark: files and transactions; sysbench and fio: requests; bonnie++: MiB.
+    /// postmark: its `number` of files; sysbench: its `--file-num`.
     pub files: usize,
+    /// postmark: transactions; sysbench and fio: requests.
     pub transactions: usize,
     /// Bytes of the data set (sysbench, fio, bonnie++).
     pub total: u64,
@@ -118,6 +120,162 @@ pub fn parse_fio(text: &str) -> Option<(f64, f64)> {
     Some((read["iops"].as_f64()?, read["runtime"].as_f64()?))
 }
 
+/// fio's JSON: the first job's read completion latencies (`clat_ns`), in µs.
+pub fn parse_fio_latency(text: &str) -> Option<LatencySummary> {
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
+    let c = &v["jobs"][0]["read"]["clat_ns"];
+    let pct = |p: &str| c["percentile"][p].as_f64().map(|ns| ns / 1000.0);
+    Some(LatencySummary {
+        count: c["N"].as_u64()?,
+        mean_us: c["mean"].as_f64()? / 1000.0,
+        p50_us: pct("50.000000")?,
+        p99_us: pct("99.000000")?,
+        p999_us: pct("99.900000")?,
+        max_us: c["max"].as_f64()? / 1000.0,
+    })
+}
+
+/// sysbench's `--histogram` (values in ms, one line per bucket: `value |*** count`) and its
+/// "Latency (ms)" avg and max: the events' latency percentiles, in µs (to the histogram's
+/// bucket values).
+pub fn parse_sysbench_latency(text: &str) -> Option<LatencySummary> {
+    let mut buckets: Vec<(f64, u64)> = Vec::new();
+    let mut inside = false;
+    for l in text.lines() {
+        if l.contains("Latency histogram") {
+            inside = true;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        let Some((value, rest)) = l.split_once('|') else {
+            if !buckets.is_empty() {
+                break;
+            }
+            continue;
+        };
+        let (Ok(v), Some(Ok(n))) = (
+            value.trim().parse::<f64>(),
+            rest.split_whitespace().last().map(str::parse::<u64>),
+        ) else {
+            continue;
+        };
+        buckets.push((v * 1000.0, n));
+    }
+    let count: u64 = buckets.iter().map(|b| b.1).sum();
+    if count == 0 {
+        return None;
+    }
+    let at = |q: f64| {
+        let want = (q * count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for &(v, n) in &buckets {
+            seen += n;
+            if seen >= want {
+                return v;
+            }
+        }
+        buckets[buckets.len() - 1].0
+    };
+    let summary = |name: &str| -> Option<f64> {
+        let l = text.lines().find(|l| l.trim_start().starts_with(name))?;
+        l.split(':')
+            .nth(1)?
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .map(|ms| ms * 1000.0)
+    };
+    Some(LatencySummary {
+        count,
+        mean_us: summary("avg:")?,
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+        p999_us: at(0.999),
+        max_us: summary("max:")?,
+    })
+}
+
+/// postmark's "N created", "N read", "N appended", "N deleted".
+pub fn parse_postmark_counts(text: &str) -> Option<[u64; 4]> {
+    let num = |what: &str| -> Option<u64> {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(what))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some([
+        num("created")?,
+        num("read")?,
+        num("appended")?,
+        num("deleted")?,
+    ])
+}
+
+/// Runs postmark with `conf`, reading its output as it comes: postmark flushes "Performing
+/// transactions" right before its transaction phase and "Deleting files..." right after it,
+/// so the time each appears is the phase's start and end by our clock. Returns the output
+/// and (program start, transactions start, transactions end, program end).
+fn postmark_timed(
+    conf: &Path,
+    dir: &Path,
+) -> io::Result<(String, Instant, Option<Instant>, Option<Instant>, Instant)> {
+    use std::io::Read;
+    if crate::interrupted() {
+        return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+    }
+    let start = Instant::now();
+    let mut child = Command::new("postmark")
+        .arg(conf)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("postmark: {e}")))?;
+    let mut out = child.stdout.take().expect("piped");
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    let (mut tx_start, mut tx_end) = (None, None);
+    loop {
+        let n = out.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        text.extend_from_slice(&buf[..n]);
+        let now = Instant::now();
+        let seen = |what: &[u8]| text.windows(what.len()).any(|w| w == what);
+        if tx_start.is_none() && seen(b"Performing transactions") {
+            tx_start = Some(now);
+        }
+        if tx_end.is_none() && seen(b"Deleting files") {
+            tx_end = Some(now);
+        }
+    }
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err)?;
+    }
+    let status = child.wait()?;
+    let end = Instant::now();
+    if !status.success() {
+        return Err(io::Error::other(format!(
+            "postmark failed ({status}): {}",
+            err.trim()
+        )));
+    }
+    Ok((
+        String::from_utf8_lossy(&text).into_owned(),
+        start,
+        tx_start,
+        tx_end,
+        end,
+    ))
+}
+
 /// bonnie++ `-q` CSV (format 1.98, as `bon_csv2txt` reads it): block write, rewrite and block
 /// read in KiB/s (fields 11, 13 and 17, counting from 0); `+++++` (too fast to measure) is
 /// `None`.
@@ -167,38 +325,75 @@ pub fn run(
                 ),
             )?;
             between()?;
-            let measured = Instant::now();
-            let text = output(Command::new(prog).arg(&conf), dir);
-            let secs = measured.elapsed().as_secs_f64();
+            let ran = postmark_timed(&conf, dir);
             let _ = std::fs::remove_file(&conf);
-            let text = text?;
+            let (text, p0, tx0, tx1, p1) = ran?;
             std::fs::remove_dir_all(&work)?;
-            let (_, rate) = parse_postmark(&text).ok_or_else(|| unparsed(prog, "rate", &text))?;
-            // postmark's own rate (1-second timer); our wall clock for the whole program
+            let (own_secs, own_rate) =
+                parse_postmark(&text).ok_or_else(|| unparsed(prog, "rate", &text))?;
+            let [created, read, appended, deleted] =
+                parse_postmark_counts(&text).ok_or_else(|| unparsed(prog, "counts", &text))?;
+            let program_secs = (p1 - p0).as_secs_f64();
+            // the transaction phase by our clock (sub-millisecond), else the whole program
+            let (secs, timed) = match (tx0, tx1) {
+                (Some(a), Some(b)) if b > a => ((b - a).as_secs_f64(), "transactions"),
+                _ => (program_secs, "whole program"),
+            };
             let tx = cfg.transactions as f64;
-            let mut o = Outcome::new(tx, "transactions", tx / rate.max(1e-9), start)
-                .count("transactions", cfg.transactions as u64)
-                .count("files", cfg.files as u64);
-            o.rate = rate;
-            Ok(o.detail(serde_json::json!({ "program_secs": secs })))
+            let o = Outcome::new(tx, "transactions", secs, start)
+                .count("creates", created)
+                .count("reads", read)
+                .count("appends", appended)
+                .count("deletes", deleted);
+            Ok(o.detail(serde_json::json!({
+                "timed": timed,
+                "program_secs": program_secs,
+                "creation_secs": tx0.map(|a| (a - p0).as_secs_f64()),
+                "transaction_secs": tx0.zip(tx1).map(|(a, b)| (b - a).as_secs_f64()),
+                "deletion_secs": tx1.map(|b| (p1 - b).as_secs_f64()),
+                "postmark_transaction_secs": own_secs,
+                "postmark_rate": own_rate,
+                "latency": "postmark reports none",
+            })))
         }
         Tool::Sysbench => {
             let args = |mode: &str| {
                 let mut c = Command::new(prog);
                 c.args([
                     "fileio",
-                    "--file-num=16",
+                    &format!("--file-num={}", cfg.files.max(1)),
                     &format!("--file-total-size={}", cfg.total),
                     &format!("--file-block-size={}", cfg.block),
                     "--file-test-mode=rndrd",
                     "--time=0",
                     &format!("--events={}", cfg.transactions),
                     &format!("--rand-seed={}", cfg.seed.max(1)),
+                    "--histogram=on",
                     mode,
                 ]);
                 c
             };
+            let free = {
+                let st = nix::sys::statvfs::statvfs(dir).map_err(io::Error::from)?;
+                st.blocks_available() as u64 * st.fragment_size() as u64
+            };
+            if free < cfg.total + cfg.total / 64 {
+                return Err(io::Error::other(format!(
+                    "sysbench: its files need {} MiB and the target has {} MiB free: give it \
+                     a larger image (--size {}G) or a smaller --scale",
+                    cfg.total >> 20,
+                    free >> 20,
+                    (cfg.total >> 30) + 2
+                )));
+            }
             output(&mut args("prepare"), dir)?;
+            // paper 001: the cache dropped after prepare, before the measured reads
+            t.sync()?;
+            let dropped = crate::hygiene::drop_caches();
+            if let Err(e) = &dropped {
+                eprintln!("warning: {e}: the page cache was not dropped before the reads");
+            }
+            t.drop_own_cache()?;
             between()?;
             let measured = Instant::now();
             let text = output(&mut args("run"), dir);
@@ -210,7 +405,15 @@ pub fn run(
             let mut o = Outcome::new(cfg.transactions as f64, "reads", secs, start)
                 .count("reads", cfg.transactions as u64);
             o.rate = rate;
-            Ok(o)
+            if let Some(l) = parse_sysbench_latency(&text) {
+                o.latency.insert("read".to_string(), l);
+            }
+            Ok(o.detail(serde_json::json!({
+                "files": cfg.files,
+                "total_bytes": cfg.total,
+                "cache_dropped": dropped.is_ok(),
+                "cache_not_dropped_because": dropped.err().map(|e| e.to_string()),
+            })))
         }
         Tool::Fio => {
             let job = |extra: &[&str]| {
@@ -250,6 +453,9 @@ pub fn run(
             let mut o = Outcome::new(cfg.transactions as f64, "reads", secs, start)
                 .count("reads", cfg.transactions as u64);
             o.rate = iops;
+            if let Some(l) = parse_fio_latency(&text) {
+                o.latency.insert("read".to_string(), l);
+            }
             Ok(o)
         }
         Tool::Bonnie => {
@@ -321,5 +527,35 @@ mod tests {
                         +++++,+++,,,,,,,,,,,,,,,,,,,83us,74us,,61us,9222us,,,,,,";
         assert_eq!(parse_bonnie(too_fast), Some([None, None, None]));
         assert_eq!(parse_bonnie("Using uid:0, gid:0."), None);
+    }
+
+    #[test]
+    fn parses_the_tools_latencies_and_counts() {
+        // sysbench 1.0.20 --histogram=on: 10 events, 8 at 2 µs, one at 5 µs, one at 40 µs
+        let sb = "Latency histogram (values are in milliseconds)\n\
+                  \x20      value  ------------- distribution ------------- count\n\
+                  \x20      0.002 |****************************************  8\n\
+                  \x20      0.005 |*****                                     1\n\
+                  \x20      0.040 |*****                                     1\n\
+                  \n\
+                  Latency (ms):\n\
+                  \x20        min:                                    0.00\n\
+                  \x20        avg:                                    0.01\n\
+                  \x20        max:                                    0.04\n";
+        let l = parse_sysbench_latency(sb).unwrap();
+        assert_eq!(l.count, 10);
+        assert_eq!((l.p50_us, l.p99_us, l.max_us), (2.0, 40.0, 40.0));
+        assert!((l.mean_us - 10.0).abs() < 1e-9);
+        assert_eq!(parse_sysbench_latency("reads/s: 5"), None);
+        let fio = r#"{"jobs": [{"read": {"iops": 10, "runtime": 1, "clat_ns": {"N": 1000,
+            "mean": 25000.0, "max": 900000, "percentile": {"50.000000": 20480,
+            "99.000000": 102400, "99.900000": 872448}}}}]}"#;
+        let l = parse_fio_latency(fio).unwrap();
+        assert_eq!(l.count, 1000);
+        assert_eq!((l.mean_us, l.p50_us, l.p999_us), (25.0, 20.48, 872.448));
+        let pm = "Files:\n\t698 created (698 per second)\n\t\tCreation alone: 200 files\n\
+                  \t525 read (525 per second)\n\t475 appended (475 per second)\n\
+                  \t698 deleted (698 per second)\n";
+        assert_eq!(parse_postmark_counts(pm), Some([698, 525, 475, 698]));
     }
 }

@@ -279,13 +279,12 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
                 "rndrd-256k" => 256 << 10,
                 _ => 1 << 20,
             };
+            // paper 001: 128 files, 4 GiB, 1,000 requests; --scale scales the total size
+            // (at least one block per file)
+            let paper = RandReadConfig::paper(block, seed);
             Spec::RandRead(RandReadConfig {
-                files: 16,
-                // at least a few blocks per file, however small the scale
-                total: bytes(256 << 20).max(16 * 4 * block as u64),
-                block,
-                requests: n(1000),
-                seed,
+                total: ((paper.total as f64 * scale) as u64).max(paper.files as u64 * block as u64),
+                ..paper
             })
         }
         "tio-128" | "tio-1536" => Spec::SmallWrites(SmallWritesConfig {
@@ -347,19 +346,43 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
                 "tool-fio" => Tool::Fio,
                 _ => Tool::Bonnie,
             };
-            let postmark = tool == Tool::Postmark;
-            Spec::Tool(ToolConfig {
-                tool,
-                files: n(1_000),
-                transactions: if postmark { n(10_000) } else { n(1_000) },
-                // bonnie++ shows phases under 0.5 s as +++++: 1 GiB by default
-                total: if tool == Tool::Bonnie {
-                    bytes(1 << 30)
-                } else {
-                    bytes(256 << 20).max(16 * 4 * (16 << 10))
+            let block = 16 << 10;
+            Spec::Tool(match tool {
+                Tool::Postmark => ToolConfig {
+                    tool,
+                    files: n(1_000),
+                    transactions: n(10_000),
+                    total: 0,
+                    block,
+                    seed,
                 },
-                block: 16 << 10,
-                seed,
+                // paper 001's rndrd: 128 files, 4 GiB (scaled), 1,000 requests
+                Tool::Sysbench => ToolConfig {
+                    tool,
+                    files: 128,
+                    transactions: 1_000,
+                    total: (((4u64 << 30) as f64 * scale) as u64).max(128 * 4 * block as u64) / 128
+                        * 128,
+                    block,
+                    seed,
+                },
+                Tool::Fio => ToolConfig {
+                    tool,
+                    files: 1,
+                    transactions: n(1_000),
+                    total: bytes(256 << 20),
+                    block,
+                    seed,
+                },
+                // bonnie++ shows phases under 0.5 s as +++++: 1 GiB by default
+                Tool::Bonnie => ToolConfig {
+                    tool,
+                    files: 0,
+                    transactions: 0,
+                    total: bytes(1 << 30),
+                    block,
+                    seed,
+                },
             })
         }
         _ => return None,

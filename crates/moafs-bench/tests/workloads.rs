@@ -527,3 +527,65 @@ fn io_size_suffix_sets_postmark_buffers_and_bonnie_blocks() {
         .unwrap();
     assert!(o.bytes_written > 0);
 }
+
+#[test]
+fn rndrd_is_paper_001s_and_reads_cold() {
+    // paper 001: 128 files x 32 MiB = 4 GiB, 1,000 requests; --scale scales the size only
+    for (name, block) in [("rndrd-16k", 16 << 10), ("rndrd-1m", 1 << 20)] {
+        let Some(Spec::RandRead(c)) = named(name, 1.0, 1, 60.0) else {
+            panic!("{name}")
+        };
+        assert_eq!(
+            (c.files, c.total, c.requests),
+            (128, 4 << 30, 1000),
+            "{name}"
+        );
+        assert_eq!(c.total / c.files as u64, 32 << 20);
+        assert_eq!(c.block, block);
+        let Some(Spec::RandRead(half)) = named(name, 0.5, 1, 60.0) else {
+            panic!("{name}")
+        };
+        assert_eq!(
+            (half.files, half.total, half.requests),
+            (128, 2 << 30, 1000)
+        );
+    }
+    let Some(Spec::Tool(sb)) = named("tool-sysbench", 1.0, 1, 60.0) else {
+        panic!("tool-sysbench")
+    };
+    assert_eq!((sb.files, sb.total, sb.transactions), (128, 4 << 30, 1000));
+    // on the engine: its own cache dropped after prepare, one latency sample per read
+    let spec = named("rndrd-64k", 0.01, 2, 1.0).unwrap();
+    let t = EngineTarget::in_memory(256 << 20).unwrap();
+    let o = spec.run(&t, &|| Ok(())).unwrap();
+    assert_eq!(o.detail["cache_dropped"], true);
+    assert_eq!(o.latency["read"].count, 1000);
+    // a target too small for the files: a clear error, not a bare ENOSPC
+    let small = EngineTarget::in_memory(32 << 20).unwrap();
+    let err = spec.run(&small, &|| Ok(())).unwrap_err().to_string();
+    assert!(err.contains("--size") && err.contains("MiB"), "{err}");
+}
+
+#[test]
+fn small_writes_sqlite_and_micro_record_latencies() {
+    let parent = tempfile::tempdir().unwrap();
+    for (name, op) in [
+        ("fsync-4k-t2", "fsync"),
+        ("tio-128", "write"),
+        ("sqlite-wal", "update"),
+        ("micro-rand-write", "create_file"),
+        ("bonnie", "rewrite_write"),
+    ] {
+        let spec = named(name, 0.01, 3, 1.0).unwrap();
+        let t = DirTarget::scratch(parent.path(), name).unwrap();
+        let o = spec.run(&t, &|| Ok(())).unwrap();
+        let n = match &spec {
+            Spec::SmallWrites(c) => (c.threads * c.writes) as u64,
+            Spec::Sqlite(c) => c.updates as u64,
+            Spec::Micro(c) => (c.dirs * c.per_dir) as u64,
+            Spec::Bonnie(c) => c.size / c.block as u64,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(o.latency[op].count, n, "{name}");
+    }
+}
