@@ -589,3 +589,50 @@ fn small_writes_sqlite_and_micro_record_latencies() {
         assert_eq!(o.latency[op].count, n, "{name}");
     }
 }
+
+#[test]
+fn tool_drivers_time_by_our_clock_and_read_latencies() {
+    let parent = tempfile::tempdir().unwrap();
+    for name in ["tool-postmark", "tool-sysbench", "tool-fio"] {
+        let spec = named(name, 0.01, 3, 1.0).unwrap();
+        let Spec::Tool(c) = &spec else { panic!() };
+        if !moafs_bench::tools::installed(c.tool.program()) {
+            eprintln!("{name}: not installed, skipped");
+            continue;
+        }
+        let t = DirTarget::scratch(parent.path(), name).unwrap();
+        let o = spec
+            .run(&t, &|| Ok(()))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(o.secs > 0.0 && o.rate > 0.0, "{name}: {o:?}");
+        match name {
+            "tool-postmark" => {
+                // the transaction phase by our clock, inside the program's run
+                assert_eq!(o.detail["timed"], "transactions", "{o:?}");
+                let prog = o.detail["program_secs"].as_f64().unwrap();
+                assert!(o.secs < prog, "{} of {prog}", o.secs);
+                let phases: f64 = ["creation_secs", "transaction_secs", "deletion_secs"]
+                    .iter()
+                    .map(|k| o.detail[k].as_f64().unwrap())
+                    .sum();
+                assert!(
+                    (phases - prog).abs() < 0.05 * prog + 0.01,
+                    "{phases} vs {prog}"
+                );
+                assert!(o.counts["reads"] + o.counts["appends"] > 0);
+                assert!(o.latency.is_empty(), "postmark reports no latencies");
+            }
+            _ => {
+                assert_eq!(o.latency["read"].count, c.transactions as u64, "{name}");
+                if name == "tool-sysbench" {
+                    assert_eq!(o.detail["cache_dropped"], true);
+                }
+            }
+        }
+        assert_eq!(
+            std::fs::read_dir(t.dir().unwrap()).unwrap().count(),
+            0,
+            "{name}"
+        );
+    }
+}
