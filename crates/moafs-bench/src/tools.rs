@@ -215,14 +215,20 @@ pub fn parse_postmark_counts(text: &str) -> Option<[u64; 4]> {
     ])
 }
 
+/// A postmark run as [`postmark_timed`] saw it.
+struct PostmarkRun {
+    text: String,
+    start: Instant,
+    /// When "Performing transactions" and "Deleting files" appeared.
+    tx_start: Option<Instant>,
+    tx_end: Option<Instant>,
+    end: Instant,
+}
+
 /// Runs postmark with `conf`, reading its output as it comes: postmark flushes "Performing
 /// transactions" right before its transaction phase and "Deleting files..." right after it,
-/// so the time each appears is the phase's start and end by our clock. Returns the output
-/// and (program start, transactions start, transactions end, program end).
-fn postmark_timed(
-    conf: &Path,
-    dir: &Path,
-) -> io::Result<(String, Instant, Option<Instant>, Option<Instant>, Instant)> {
+/// so the time each appears is the phase's start and end by our clock.
+fn postmark_timed(conf: &Path, dir: &Path) -> io::Result<PostmarkRun> {
     use std::io::Read;
     if crate::interrupted() {
         return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
@@ -267,13 +273,13 @@ fn postmark_timed(
             err.trim()
         )));
     }
-    Ok((
-        String::from_utf8_lossy(&text).into_owned(),
+    Ok(PostmarkRun {
+        text: String::from_utf8_lossy(&text).into_owned(),
         start,
         tx_start,
         tx_end,
         end,
-    ))
+    })
 }
 
 /// bonnie++ `-q` CSV (format 1.98, as `bon_csv2txt` reads it): block write, rewrite and block
@@ -327,7 +333,13 @@ pub fn run(
             between()?;
             let ran = postmark_timed(&conf, dir);
             let _ = std::fs::remove_file(&conf);
-            let (text, p0, tx0, tx1, p1) = ran?;
+            let PostmarkRun {
+                text,
+                start: p0,
+                tx_start: tx0,
+                tx_end: tx1,
+                end: p1,
+            } = ran?;
             std::fs::remove_dir_all(&work)?;
             let (own_secs, own_rate) =
                 parse_postmark(&text).ok_or_else(|| unparsed(prog, "rate", &text))?;

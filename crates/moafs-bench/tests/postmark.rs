@@ -180,7 +180,9 @@ fn appends_never_grow_a_file_past_the_high_size() {
 
 /// postmark's verbose report: (created, read, appended, deleted) and the bytes read and
 /// written as it prints them ("3.27 megabytes", "953.12 kilobytes").
-fn postmark_report(text: &str) -> Option<((u64, u64, u64, u64), String, String)> {
+type Report = ((u64, u64, u64, u64), String, String);
+
+fn postmark_report(text: &str) -> Option<Report> {
     let num = |what: &str| -> Option<u64> {
         text.lines()
             .find(|l| l.split_whitespace().nth(1) == Some(what))?
