@@ -545,6 +545,9 @@ pub fn describe(c: &Comparison, baseline: &str) -> String {
             "no difference (the interval lies within ±{:.0} % of 1)",
             stats::NO_DIFFERENCE_BAND * 100.0
         ),
+        stats::Verdict::Inconclusive if c.ci95_low.is_none() => {
+            "inconclusive (an interval needs two or more repetitions)".to_string()
+        }
         stats::Verdict::Inconclusive => {
             "inconclusive (the interval contains 1 but is too wide to call it equal)".to_string()
         }
@@ -692,7 +695,15 @@ mod tests {
         let s = describe(&mk(1.0, 0.98, 1.02, NoDifference), "moafs");
         assert!(s.contains("no difference"), "{s}");
         let s = describe(&mk(1.1, 0.8, 1.5, Inconclusive), "moafs");
-        assert!(s.contains("inconclusive"), "{s}");
+        assert!(s.contains("inconclusive") && s.contains("too wide"), "{s}");
+        let mut one = mk(9.5, 0.0, 0.0, Inconclusive);
+        (one.ci95_low, one.ci95_high, one.pairs) = (None, None, 1);
+        let s = describe(&one, "moafs");
+        assert_eq!(
+            s,
+            "fuse2fs: 9.5× moafs's rate (1 pair(s): no interval): inconclusive (an interval \
+             needs two or more repetitions)"
+        );
         assert_eq!(fmt_ratio(0.0312), "0.031");
         assert_eq!(fmt_ratio(1.234), "1.2");
         assert_eq!(fmt_ratio(12.34), "12.3");

@@ -282,8 +282,9 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     for (name, spec) in &workloads {
         bar.suspend(|| {
             say!(
-                "{name}: base seed {}, {reps} repetitions, each with its own seed{}",
+                "{name}: base seed {}, {reps} repetition{}, each with its own seed{}",
                 a.seed,
+                if reps == 1 { "" } else { "s" },
                 if columns.len() > 1 {
                     ", targets in a random order within each"
                 } else {

@@ -187,6 +187,15 @@ fn managed_targets_run_and_are_always_taken_down() {
             assert_eq!(cost["daemon_io"]["wchar"].is_u64(), fuse, "{kind}: {cost}");
             // moafs's engine counters come from its stats= file at unmount
             assert_eq!(r["engine"]["commits"].is_u64(), kind == "moafs", "{kind}");
+            // the mount as /proc/mounts showed it while mounted: type, source, options
+            let mount = r["mount_options"].as_str().unwrap();
+            let want = match kind {
+                "moafs" => "fuse.moafs ".to_string(),
+                "fuse2fs" => "fuse".to_string(),
+                k => format!("{k} /dev/loop"),
+            };
+            assert!(mount.starts_with(&want), "{kind}: {mount}");
+            assert!(mount.contains("rw"), "{kind}: {mount}");
             if kind == "fuse2fs" {
                 assert!(r["device"].is_null(), "fuse2fs: not measured");
             } else {
