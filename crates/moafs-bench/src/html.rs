@@ -78,7 +78,11 @@ fn environment(e: &Value) -> String {
     if !e.is_object() {
         return String::new();
     }
-    let s = |v: &Value| esc(&v.as_str().map_or_else(|| v.to_string(), str::to_string));
+    let s = |v: &Value| match v {
+        Value::Null => "none".to_string(),
+        Value::String(x) => esc(x),
+        other => esc(&other.to_string()),
+    };
     let gib = |v: &Value| {
         v.as_f64()
             .map_or_else(|| s(v), |b| format!("{:.1} GiB", b / (1u64 << 30) as f64))
@@ -346,6 +350,7 @@ mod tests {
         let doc = serde_json::json!({
             "schema": 3, "preset": null, "reps": 2, "seed": 1, "cache": "fresh",
             "environment": {"run_id": "20261126T000000-abc1234-00ff", "commit": "abc1234",
+                "backing": {"path": "/dev/shm", "fs_type": "tmpfs", "device": null},
                 "kernel": {"release": "6.1.0", "version": "#1"}, "cpus": {"online": 2,
                 "available": 2}, "memory_bytes": 1073741824u64, "memory_limit": "max",
                 "tool_versions": {"fio": "fio-3.33", "postmark": null}},
@@ -371,6 +376,7 @@ mod tests {
             "fio-3.33",
             "postmark: -",
             "limit in force max",
+            "device none",
             "0.240 – 0.280",
             "run 2 (99.0; tukey+mad)",
             "<td>fsync</td><td>120</td><td>4567</td><td>8901</td>",

@@ -198,7 +198,6 @@ pub fn latency_over_runs(runs: &[Run]) -> BTreeMap<String, LatencyOverRuns> {
 /// Runs one repetition on a fresh target and measures it.
 fn run_once(
     rep: usize,
-    seed: u64,
     spec: &Spec,
     hygiene: &hygiene::Hygiene,
     mut t: Box<dyn target::Target>,
@@ -286,7 +285,7 @@ fn run_once(
             background: hygiene.background,
             background_files,
             other_disk_bytes_before: other,
-            seed,
+            seed: spec.seed(),
             cache_before: cache_before.into_inner(),
             mount_options,
         },
@@ -430,7 +429,7 @@ pub fn run_columns(
                 return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
             }
             let c = &columns[i];
-            let (name, run) = run_once(rep, seed, &spec, &c.hygiene, make(c.target, rep)?)?;
+            let (name, run) = run_once(rep, &spec, &c.hygiene, make(c.target, rep)?)?;
             let name = format!("{name}{}", c.label);
             progress(&name, rep, &run);
             names.push(name.clone());
@@ -578,6 +577,19 @@ pub fn fmt_ratio(r: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_workload_takes_a_repetitions_seed() {
+        for (name, _) in WORKLOADS {
+            let spec = workload(name, 0.01, 7, 1.0).unwrap();
+            assert_eq!(spec.seed(), 7, "{name}");
+            let again = spec.reseeded(rep_seed(7, 2));
+            assert_eq!(again.seed(), rep_seed(7, 2), "{name}");
+            // and it is the workload's own seed field that changed
+            let v = serde_json::to_value(&again).unwrap();
+            assert_eq!(v["seed"], rep_seed(7, 2), "{name}");
+        }
+    }
 
     #[test]
     fn repetitions_get_distinct_reproducible_seeds() {

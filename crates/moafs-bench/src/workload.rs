@@ -146,6 +146,20 @@ impl Spec {
         matches!(self, Spec::Sqlite(_) | Spec::Tool(_))
     }
 
+    /// The workload's seed.
+    pub fn seed(&self) -> u64 {
+        match self {
+            Spec::Postmark(c) => c.seed,
+            Spec::Filebench(c) => c.seed,
+            Spec::RandRead(c) => c.seed,
+            Spec::SmallWrites(c) => c.seed,
+            Spec::Sqlite(c) => c.seed,
+            Spec::Bonnie(c) => c.seed,
+            Spec::Micro(c) => c.seed,
+            Spec::Tool(c) => c.seed,
+        }
+    }
+
     /// The same workload with another seed (a repetition's own).
     pub fn reseeded(&self, seed: u64) -> Spec {
         let mut s = self.clone();
