@@ -166,11 +166,14 @@ pub struct LatencyOverRuns {
     pub max_us: f64,
 }
 
-/// Per operation type, the mean over `runs` of each latency percentile.
-pub fn latency_over_runs(runs: &[Run]) -> BTreeMap<String, LatencyOverRuns> {
+/// Per operation type, the mean over the runs (each run's `outcome.latency`) of each latency
+/// percentile.
+pub fn latency_over_runs<'a>(
+    runs: impl IntoIterator<Item = &'a BTreeMap<String, latency::LatencySummary>>,
+) -> BTreeMap<String, LatencyOverRuns> {
     let mut by_op: BTreeMap<String, Vec<latency::LatencySummary>> = BTreeMap::new();
-    for r in runs {
-        for (op, l) in &r.outcome.latency {
+    for run in runs {
+        for (op, l) in run {
             by_op.entry(op.clone()).or_default().push(*l);
         }
     }
@@ -348,7 +351,7 @@ fn summarise(
         total_secs: Summary::of(&secs).ok_or_else(bad)?,
         device_bytes_written_per_op: Summary::of(&per_op),
         device_bytes_per_byte_written: Summary::of(&per_byte),
-        latency: latency_over_runs(&runs),
+        latency: latency_over_runs(runs.iter().map(|r| &r.outcome.latency)),
         mount_options,
         runs,
     })
@@ -487,44 +490,53 @@ pub fn compare_to_first(reports: &[Report]) -> Vec<Comparison> {
     let Some(base) = reports.first() else {
         return Vec::new();
     };
-    let base_rate: BTreeMap<usize, f64> =
-        base.runs.iter().map(|r| (r.rep, r.outcome.rate)).collect();
+    let rates = |r: &Report| -> Vec<(usize, f64)> {
+        r.runs
+            .iter()
+            .map(|run| (run.rep, run.outcome.rate))
+            .collect()
+    };
+    let base_rates = rates(base);
     reports
         .iter()
-        .map(|r| {
-            let pairs: Vec<(usize, f64, f64)> = r
-                .runs
-                .iter()
-                .filter_map(|run| Some((run.rep, run.outcome.rate, *base_rate.get(&run.rep)?)))
-                .collect();
-            let t: Vec<f64> = pairs.iter().map(|p| p.1).collect();
-            let b: Vec<f64> = pairs.iter().map(|p| p.2).collect();
-            let p = stats::paired_ratio(&t, &b);
-            let ratios: Vec<PairRatio> = pairs
-                .iter()
-                .filter(|p| p.2 > 0.0)
-                .map(|p| PairRatio {
-                    rep: p.0,
-                    ratio: p.1 / p.2,
-                })
-                .collect();
-            Comparison {
-                target: r.target.clone(),
-                ratio_to_baseline: p.ratio,
-                ci95_low: p.ci95_low,
-                ci95_high: p.ci95_high,
-                bootstrap95_low: p.bootstrap95_low,
-                bootstrap95_high: p.bootstrap95_high,
-                pairs: p.n,
-                ratio_outliers: stats::outliers(
-                    &ratios.iter().map(|r| (r.rep, r.ratio)).collect::<Vec<_>>(),
-                ),
-                ratios,
-                mean_over_mean: r.rate.mean / base.rate.mean,
-                verdict: p.verdict,
-            }
-        })
+        .map(|r| compare_rates(&r.target, &rates(r), &base_rates))
         .collect()
+}
+
+/// Compares `target`'s (repetition, rate) runs with the baseline's, pairing by repetition.
+pub fn compare_rates(target: &str, runs: &[(usize, f64)], base: &[(usize, f64)]) -> Comparison {
+    let base_rate: BTreeMap<usize, f64> = base.iter().copied().collect();
+    let pairs: Vec<(usize, f64, f64)> = runs
+        .iter()
+        .filter_map(|&(rep, rate)| Some((rep, rate, *base_rate.get(&rep)?)))
+        .collect();
+    let t: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+    let b: Vec<f64> = pairs.iter().map(|p| p.2).collect();
+    let p = stats::paired_ratio(&t, &b);
+    let ratios: Vec<PairRatio> = pairs
+        .iter()
+        .filter(|p| p.2 > 0.0)
+        .map(|p| PairRatio {
+            rep: p.0,
+            ratio: p.1 / p.2,
+        })
+        .collect();
+    let mean = |xs: &[(usize, f64)]| xs.iter().map(|x| x.1).sum::<f64>() / xs.len() as f64;
+    Comparison {
+        target: target.to_string(),
+        ratio_to_baseline: p.ratio,
+        ci95_low: p.ci95_low,
+        ci95_high: p.ci95_high,
+        bootstrap95_low: p.bootstrap95_low,
+        bootstrap95_high: p.bootstrap95_high,
+        pairs: p.n,
+        ratio_outliers: stats::outliers(
+            &ratios.iter().map(|r| (r.rep, r.ratio)).collect::<Vec<_>>(),
+        ),
+        ratios,
+        mean_over_mean: mean(runs) / mean(base),
+        verdict: p.verdict,
+    }
 }
 
 /// A comparison in words that read one way: the ratio is always "× BASELINE's rate", and the
@@ -603,81 +615,61 @@ mod tests {
         assert_ne!(order_seed(42), order_seed(43));
     }
 
-    fn run(rep: usize, rate: f64, p99: Option<f64>) -> Run {
-        let mut outcome = Outcome::new(rate, "ops", 1.0, std::time::Instant::now());
-        outcome.bytes_written = 1000;
-        if let Some(p99) = p99 {
-            outcome.latency.insert(
-                "read".into(),
-                latency::LatencySummary {
-                    count: 10,
-                    mean_us: p99 / 10.0,
-                    p50_us: p99 / 20.0,
-                    p99_us: p99,
-                    p999_us: p99 * 2.0,
-                    max_us: p99 * 3.0,
-                },
-            );
-        }
-        Run {
-            rep,
-            outcome,
-            engine: None,
-            device: Some(managed::DeviceIo {
-                write_bytes: 500,
-                ..Default::default()
-            }),
-            cost: procstat::RunCost::default(),
-            device_bytes_written_per_op: Some(5.0),
-            cache: hygiene::CacheState::Fresh,
-            background: hygiene::Background::None,
-            background_files: None,
-            other_disk_bytes_before: None,
-            seed: rep as u64,
-            cache_before: None,
-            mount_options: Some("ext4 /dev/loop0 rw".into()),
-        }
+    fn lat(p99: f64) -> BTreeMap<String, latency::LatencySummary> {
+        BTreeMap::from([(
+            "read".to_string(),
+            latency::LatencySummary {
+                count: 10,
+                mean_us: p99 / 10.0,
+                p50_us: p99 / 20.0,
+                p99_us: p99,
+                p999_us: p99 * 2.0,
+                max_us: p99 * 3.0,
+            },
+        )])
     }
 
     #[test]
-    fn reports_pair_by_repetition_and_summarise_latency_and_outliers() {
-        let spec = workload("micro-rand-write", 0.01, 1, 1.0).unwrap();
-        let base = vec![run(1, 100.0, Some(100.0)), run(2, 200.0, Some(300.0))];
-        // the target's runs listed in another order: pairing goes by repetition
-        let target = vec![run(2, 100.0, None), run(1, 50.0, None)];
-        let r = vec![
-            summarise("w", &spec, "a".into(), base).unwrap(),
-            summarise("w", &spec, "b".into(), target).unwrap(),
-        ];
-        let l = &r[0].latency["read"];
+    fn latency_is_the_mean_of_each_runs_percentile() {
+        let runs = [lat(100.0), lat(300.0), BTreeMap::new()];
+        let l = latency_over_runs(&runs)["read"];
         assert_eq!(l.runs, 2);
         assert!((l.p99_us - 200.0).abs() < 1e-9 && (l.max_us - 900.0).abs() < 1e-9);
         assert!((l.p50_us - 10.0).abs() < 1e-9 && (l.p999_us - 400.0).abs() < 1e-9);
-        assert!(r[1].latency.is_empty());
-        assert_eq!(r[0].mount_options, ["ext4 /dev/loop0 rw"]);
-        let per_byte = r[0].device_bytes_per_byte_written.unwrap();
-        assert!((per_byte.mean - 0.5).abs() < 1e-9);
-        let v = serde_json::to_value(&r[0]).unwrap();
-        assert!(v["latency"]["read"]["p99_us"].is_f64(), "{v}");
-        let c = compare_to_first(&r);
-        // both ratios are exactly 0.5: a zero-width interval below 1
-        assert!((c[1].ratio_to_baseline - 0.5).abs() < 1e-12, "{:?}", c[1]);
-        assert_eq!(c[1].verdict, stats::Verdict::Lower);
-        assert_eq!(c[1].pairs, 2);
-        assert!((c[1].mean_over_mean - 0.5).abs() < 1e-12);
-        assert_eq!(c[0].ratio_to_baseline, 1.0);
-        assert_eq!(c[0].verdict, stats::Verdict::NoDifference);
-        // outliers of the rate are listed, and stay in the summary
-        let runs: Vec<Run> = [10.0, 11.0, 10.5, 9.8, 30.0]
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| run(i + 1, x, None))
-            .collect();
-        let r = summarise("w", &spec, "a".into(), runs).unwrap();
-        assert_eq!(r.rate_outliers.len(), 1);
-        assert_eq!(r.rate_outliers[0].rep, 5);
-        assert_eq!(r.rate.n, 5);
-        assert!((r.rate.max - 30.0).abs() < 1e-9);
+        assert!((l.count - 10.0).abs() < 1e-9);
+        let v = serde_json::to_value(l).unwrap();
+        assert!(v["p99_us"].is_f64(), "{v}");
+        assert!(latency_over_runs(&[BTreeMap::new()]).is_empty());
+    }
+
+    #[test]
+    fn comparisons_pair_by_repetition() {
+        let base = [(1, 100.0), (2, 200.0), (3, 400.0)];
+        // the target's runs listed in another order, one repetition missing: pairs go by
+        // repetition, and both ratios are exactly 0.5 — a zero-width interval below 1
+        let target = [(2, 100.0), (1, 50.0)];
+        let c = compare_rates("b", &target, &base);
+        assert!((c.ratio_to_baseline - 0.5).abs() < 1e-12, "{c:?}");
+        assert_eq!((c.pairs, c.verdict), (2, stats::Verdict::Lower));
+        assert_eq!(
+            c.ratios,
+            [
+                PairRatio { rep: 2, ratio: 0.5 },
+                PairRatio { rep: 1, ratio: 0.5 }
+            ]
+        );
+        // mean over mean, unpaired: 75 / 233.3
+        assert!((c.mean_over_mean - 75.0 / (700.0 / 3.0)).abs() < 1e-12);
+        let same = compare_rates("a", &base, &base);
+        assert_eq!(same.ratio_to_baseline, 1.0);
+        assert_eq!(same.verdict, stats::Verdict::NoDifference);
+        // a ratio far off the others is flagged and kept
+        let base = [(1, 10.0), (2, 10.0), (3, 10.0), (4, 10.0), (5, 10.0)];
+        let target = [(1, 10.0), (2, 10.5), (3, 9.8), (4, 10.2), (5, 40.0)];
+        let c = compare_rates("b", &target, &base);
+        assert_eq!(c.ratio_outliers.len(), 1, "{c:?}");
+        assert_eq!(c.ratio_outliers[0].rep, 5);
+        assert_eq!(c.pairs, 5);
     }
 
     #[test]
