@@ -311,6 +311,39 @@ pub fn report(doc: &Value) -> String {
         if !mounts.is_empty() {
             html.push_str(&format!("<p>Mounted:</p><ul>{mounts}</ul>\n"));
         }
+        // every run: its seed, rate and the page cache it started from
+        let mut runs = String::new();
+        let mib = |v: &Value| {
+            v.as_f64().map_or("-".to_string(), |b| {
+                format!("{:.0}", b / (1u64 << 20) as f64)
+            })
+        };
+        for r in &reports {
+            for run in r["runs"].as_array().into_iter().flatten() {
+                let c = &run["cache_before"];
+                runs.push_str(&format!(
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                     <td>{}</td><td>{}</td></tr>\n",
+                    esc(r["target"].as_str().unwrap_or("?")),
+                    run["rep"],
+                    run["seed"],
+                    num(&run["outcome"]["rate"], 1),
+                    mib(&c["cached_bytes"]),
+                    mib(&c["dirty_bytes"]),
+                    mib(&c["writeback_bytes"]),
+                    mib(&c["mem_free_bytes"]),
+                ));
+            }
+        }
+        if !runs.is_empty() {
+            html.push_str(&format!(
+                "<p>Runs, and the page cache at the start of each measured phase (MiB, \
+                 /proc/meminfo):</p>\n<table><tr><th>target</th><th>run</th><th>seed</th>\
+                 <th>{}/s</th><th>cached</th><th>dirty</th><th>writeback</th><th>free</th>\
+                 </tr>\n{runs}</table>\n",
+                esc(&unit)
+            ));
+        }
         let orders: Vec<String> = res["repetitions"]
             .as_array()
             .into_iter()
@@ -366,7 +399,10 @@ mod tests {
                      "rate_outliers": [{"rep": 2, "value": 99.0, "rules": ["tukey", "mad"]}],
                      "latency": {"fsync": {"p50_us": 120.0, "p99_us": 4567.0,
                         "p999_us": 8901.0, "max_us": 9999.0, "count": 10.0}},
-                     "mount_options": ["ext4 /dev/loop0 rw,relatime"]},
+                     "mount_options": ["ext4 /dev/loop0 rw,relatime"],
+                     "runs": [{"rep": 1, "seed": 7, "outcome": {"rate": 10.5},
+                        "cache_before": {"cached_bytes": 2097152, "dirty_bytes": 1048576,
+                            "writeback_bytes": 0, "mem_free_bytes": 10485760}}]},
                     {"target": "b", "unit": "ops", "rate": {"mean": 2.6, "ci95": 0.1, "n": 2}}]}]
         });
         let html = report(&doc);
@@ -382,6 +418,7 @@ mod tests {
             "<td>fsync</td><td>120</td><td>4567</td><td>8901</td>",
             "ext4 /dev/loop0 rw,relatime",
             "run 1 (seed 7): b, a",
+            "<td>a</td><td>1</td><td>7</td><td>10.5</td><td>2</td><td>1</td><td>0</td><td>10</td>",
             "× a&#39;s rate",
         ] {
             assert!(html.contains(&want.replace("&#39;", "'")), "{want}: {html}");

@@ -304,8 +304,19 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                 let o = &run.outcome;
                 bar.inc(1);
                 bar.suspend(|| {
+                    let cache = run.cache_before.map_or(String::new(), |c| {
+                        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+                        format!(
+                            "; page cache before: {:.0} MiB cached, {:.0} MiB dirty, {:.0} MiB \
+                             writeback, {:.0} MiB free",
+                            mib(c.cached_bytes),
+                            mib(c.dirty_bytes),
+                            mib(c.writeback_bytes),
+                            mib(c.mem_free_bytes)
+                        )
+                    });
                     say!(
-                        "  {target} run {rep}: {:.1} {}/s, {:.2} s in all (seed {})",
+                        "  {target} run {rep}: {:.1} {}/s, {:.2} s in all (seed {}{cache})",
                         o.rate,
                         o.unit,
                         o.total_secs,
