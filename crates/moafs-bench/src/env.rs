@@ -294,10 +294,15 @@ fn memory_limit() -> (String, Option<String>) {
             best = Some((bytes, file));
         }
     }
-    match (best, seen_any) {
-        (Some((b, f)), _) => (b.to_string(), Some(f)),
-        (None, Some(f)) => ("max".to_string(), Some(f)),
-        (None, None) => ("unknown".to_string(), None),
+    // cgroup v2 with the process in the root cgroup, which has no memory.max: no limit
+    let v2_root = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .find(|r| v2.as_deref() == Some("/") && Path::new(r).join("cgroup.controllers").exists());
+    match (best, seen_any, v2_root) {
+        (Some((b, f)), _, _) => (b.to_string(), Some(f)),
+        (None, Some(f), _) => ("max".to_string(), Some(f)),
+        (None, None, Some(root)) => ("max".to_string(), Some(format!("{root} (root cgroup)"))),
+        (None, None, None) => ("unknown".to_string(), None),
     }
 }
 
