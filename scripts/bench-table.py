@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Markdown tables from a `moafs bench --json` report (schema 2): one row per workload, one
-column per target: mean rate ± 95 % CI half-width, and device bytes written per operation."""
+"""Markdown tables from a `moafs bench --json` report (schema 2 or 3): one row per workload, one
+column per target: mean rate ± 95 % CI half-width, the ratio to the first target (schema 3: the
+paired geometric mean; ▲ higher, ▼ lower, ≈ no difference, ? inconclusive), and device bytes
+written per operation."""
 import json
 import sys
 
@@ -28,7 +30,7 @@ def main(path):
             cell = f"{fmt(s['mean'])} ± {fmt(s['ci95'])}"
             c = cmp.get(t)
             if c and t != targets[0]:
-                mark = {"higher": "▲", "lower": "▼", "no_difference": "≈"}[c["verdict"]]
+                mark = {"higher": "▲", "lower": "▼", "no_difference": "≈"}.get(c["verdict"], "?")
                 cell += f" ({c['ratio_to_baseline']:.2f}× {mark})"
             d = r.get("device_bytes_written_per_op")
             if d:

@@ -81,6 +81,10 @@ pub trait Target: Send + Sync {
     fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {
         Ok(None)
     }
+    /// The options the target is mounted with, read while it is mounted (before `finish`).
+    fn mount_options(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Creates (or truncates) `path` and writes `data` in `block`-sized writes.
@@ -495,6 +499,11 @@ impl Target for EngineTarget {
                 .then(|| end.seek_distance_bytes - s.seek_distance_bytes),
         }))
     }
+
+    /// Not mounted in the kernel: the engine's own mount options.
+    fn mount_options(&self) -> Option<String> {
+        Some(format!("in-process {:?}", self.fs.options()))
+    }
 }
 
 /// Any directory (a mount point, or a plain directory) through the standard library: one
@@ -681,5 +690,12 @@ impl Target for DirTarget {
             }
             None => Ok(None),
         }
+    }
+
+    /// The /proc/mounts entry of the file system holding the directory: `TYPE SOURCE
+    /// OPTIONS` (a managed target: its own mount).
+    fn mount_options(&self) -> Option<String> {
+        crate::env::mount_of(&self.root)
+            .map(|m| format!("{} {} {}", m.fs_type, m.source, m.options))
     }
 }

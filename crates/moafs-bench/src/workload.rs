@@ -150,6 +150,36 @@ impl Spec {
     pub fn needs_dir(&self) -> bool {
         matches!(self, Spec::Sqlite(_) | Spec::Tool(_))
     }
+
+    /// The workload's seed.
+    pub fn seed(&self) -> u64 {
+        match self {
+            Spec::Postmark(c) => c.seed,
+            Spec::Filebench(c) => c.seed,
+            Spec::RandRead(c) => c.seed,
+            Spec::SmallWrites(c) => c.seed,
+            Spec::Sqlite(c) => c.seed,
+            Spec::Bonnie(c) => c.seed,
+            Spec::Micro(c) => c.seed,
+            Spec::Tool(c) => c.seed,
+        }
+    }
+
+    /// The same workload with another seed (a repetition's own).
+    pub fn reseeded(&self, seed: u64) -> Spec {
+        let mut s = self.clone();
+        match &mut s {
+            Spec::Postmark(c) => c.seed = seed,
+            Spec::Filebench(c) => c.seed = seed,
+            Spec::RandRead(c) => c.seed = seed,
+            Spec::SmallWrites(c) => c.seed = seed,
+            Spec::Sqlite(c) => c.seed = seed,
+            Spec::Bonnie(c) => c.seed = seed,
+            Spec::Micro(c) => c.seed = seed,
+            Spec::Tool(c) => c.seed = seed,
+        }
+        s
+    }
 }
 
 /// The workloads `moafs bench` knows: name and what it is.

@@ -267,6 +267,12 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             )?),
         })
     };
+    let environment = moafs_bench::env::Environment::capture(
+        env!("MOAFS_COMMIT"),
+        env!("CARGO_PKG_VERSION"),
+        Some(&a.backing),
+    );
+    say!("moafs bench\n{}", environment.header().trim_end());
     let bar = indicatif::ProgressBar::new((workloads.len() * reps * columns.len()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} {msg}")
@@ -276,26 +282,45 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     for (name, spec) in &workloads {
         bar.suspend(|| {
             say!(
-                "{name}: seed {}, {reps} repetitions{}",
+                "{name}: base seed {}, {reps} repetition{}, each with its own seed{}",
                 a.seed,
+                if reps == 1 { "" } else { "s" },
                 if columns.len() > 1 {
-                    ", targets taking turns"
+                    ", targets in a random order within each"
                 } else {
                     ""
                 }
             )
         });
         bar.set_message(name.clone());
-        let reports =
-            moafs_bench::run_columns(name, spec, reps, &columns, make, |target, rep, run| {
+        let cols = moafs_bench::run_columns(
+            name,
+            spec,
+            reps,
+            a.seed,
+            &columns,
+            make,
+            |target, rep, run| {
                 let o = &run.outcome;
                 bar.inc(1);
                 bar.suspend(|| {
+                    let cache = run.cache_before.map_or(String::new(), |c| {
+                        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+                        format!(
+                            "; page cache before: {:.0} MiB cached, {:.0} MiB dirty, {:.0} MiB \
+                             writeback, {:.0} MiB free",
+                            mib(c.cached_bytes),
+                            mib(c.dirty_bytes),
+                            mib(c.writeback_bytes),
+                            mib(c.mem_free_bytes)
+                        )
+                    });
                     say!(
-                        "  {target} run {rep}: {:.1} {}/s, {:.2} s in all",
+                        "  {target} run {rep}: {:.1} {}/s, {:.2} s in all (seed {}{cache})",
                         o.rate,
                         o.unit,
-                        o.total_secs
+                        o.total_secs,
+                        run.seed
                     );
                     if let Some(b) = run.other_disk_bytes_before.filter(|&b| b >= 1 << 20) {
                         eprintln!(
@@ -305,22 +330,26 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                         );
                     }
                 });
-            })
-            .map_err(|e| {
-                bar.finish_and_clear();
-                format!("benchmark {name} on {}: {e}", a.target)
-            })?;
-        bar.suspend(|| print_reports(&reports));
-        let comparison = moafs_bench::compare_to_first(&reports);
+            },
+        )
+        .map_err(|e| {
+            bar.finish_and_clear();
+            format!("benchmark {name} on {}: {e}", a.target)
+        })?;
+        bar.suspend(|| print_reports(&cols.reports));
+        let comparison = moafs_bench::compare_to_first(&cols.reports);
         results.push(serde_json::json!({
             "workload": name,
+            "order_seed": cols.order_seed,
+            "repetitions": cols.repetitions,
             "comparison": comparison,
-            "reports": reports,
+            "reports": cols.reports,
         }));
     }
     bar.finish_and_clear();
     let doc = serde_json::json!({
-        "schema": 2,
+        "schema": 3,
+        "environment": environment,
         "preset": a.preset,
         "reps": reps,
         "seed": a.seed,
@@ -360,6 +389,38 @@ fn reads_line(runs: &[moafs_bench::Run]) -> Option<String> {
     ))
 }
 
+/// `n` with thousands separators.
+fn thousands(n: f64) -> String {
+    let s = format!("{:.0}", n.abs());
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0.0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+/// Outliers as `run 3 (123.4; tukey+mad)`, joined.
+fn outlier_list(o: &[moafs_bench::stats::Outlier], digits: usize) -> String {
+    o.iter()
+        .map(|o| {
+            format!(
+                "run {} ({:.digits$}; {})",
+                o.rep,
+                o.value,
+                o.rules.join("+")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
     for rep in reports {
         let t = &rep.rate;
@@ -373,9 +434,28 @@ pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
             t.sd,
             t.n
         );
+        if !rep.rate_outliers.is_empty() {
+            say!(
+                "  outliers (kept in the mean and interval): {}",
+                outlier_list(&rep.rate_outliers, 1)
+            );
+        }
+        for m in &rep.mount_options {
+            say!("  mounted: {m}");
+        }
         if let Some(d) = &rep.device_bytes_written_per_op {
             say!(
-                "  device bytes written per operation: {:.0} (95 % CI {:.0} .. {:.0})",
+                "  device bytes written (setup, run, sync and unmount) per operation counted: \
+                 {:.0} (95 % CI {:.0} .. {:.0})",
+                d.mean,
+                d.low(),
+                d.high()
+            );
+        }
+        if let Some(d) = &rep.device_bytes_per_byte_written {
+            say!(
+                "  device bytes written per byte the workload wrote: {:.3} (95 % CI {:.3} .. \
+                 {:.3})",
                 d.mean,
                 d.low(),
                 d.high()
@@ -405,20 +485,36 @@ pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
                 c.high()
             );
         }
+        if !rep.latency.is_empty() {
+            say!("  latency, µs (each the mean over the runs of that run's percentile):");
+            for (op, l) in &rep.latency {
+                say!(
+                    "    {op:14} p50 {:>9}  p99 {:>9}  p99.9 {:>9}  ({} ops per run, {} runs)",
+                    thousands(l.p50_us),
+                    thousands(l.p99_us),
+                    thousands(l.p999_us),
+                    thousands(l.count),
+                    l.runs
+                );
+            }
+        }
     }
     if reports.len() > 1 {
+        let base = &reports[0].target;
         say!(
-            "compared with {} ({}/s, mean over mean; 95 % intervals):",
-            reports[0].target,
-            reports[0].unit
+            "compared with {base} on {}/s, paired by repetition (geometric mean of the \
+             ratios of rates; 95 % t-interval; no difference only within ±{:.0} %):",
+            reports[0].unit,
+            moafs_bench::stats::NO_DIFFERENCE_BAND * 100.0
         );
         for c in &moafs_bench::compare_to_first(reports)[1..] {
-            let verdict = match c.verdict {
-                moafs_bench::stats::Verdict::Higher => "faster",
-                moafs_bench::stats::Verdict::Lower => "slower",
-                moafs_bench::stats::Verdict::NoDifference => "no difference shown",
-            };
-            say!("  {:10} {:6.2}x  {verdict}", c.target, c.ratio_to_baseline);
+            say!("  {}", moafs_bench::describe(c, base));
+            if !c.ratio_outliers.is_empty() {
+                say!(
+                    "    outlying ratios (kept): {}",
+                    outlier_list(&c.ratio_outliers, 3)
+                );
+            }
         }
     }
 }

@@ -127,17 +127,45 @@ fn report<R: serde::Serialize + serde::de::DeserializeOwned>(
     table: fn(&R) -> String,
     plots: Plots<R>,
 ) -> Result<(), String> {
+    // the environment of the measurement: captured before it runs, or the saved report's own
+    let capture = || {
+        serde_json::to_value(moafs_bench::env::Environment::capture(
+            env!("MOAFS_COMMIT"),
+            env!("CARGO_PKG_VERSION"),
+            None,
+        ))
+        .unwrap_or_default()
+    };
+    let mut environment = a.from_json.is_none().then(capture);
     let report: R = match &a.from_json {
         Some(p) => {
             let bytes = std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            serde_json::from_slice(&bytes)
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{}: not a saved experiment: {e}", p.display()))?;
+            environment = v.get("environment").filter(|e| e.is_object()).cloned();
+            serde_json::from_value(v)
                 .map_err(|e| format!("{}: not a saved experiment: {e}", p.display()))?
         }
         None => run().map_err(|e| e.to_string())?,
     };
     say!("\n{}", table(&report));
     if let Some(p) = &a.json {
-        let s = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        let environment = match environment {
+            Some(e) => e,
+            None => {
+                // a report saved before environments were recorded
+                let mut e = capture();
+                e["note"] = "captured when this file was written from a saved report that \
+                             had none, not when it was measured"
+                    .into();
+                e
+            }
+        };
+        if let Some(o) = v.as_object_mut() {
+            o.insert("environment".to_string(), environment);
+        }
+        let s = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
         std::fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     if let Some(dir) = &a.svg_dir {

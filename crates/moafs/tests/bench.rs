@@ -28,7 +28,7 @@ fn bench_writes_a_report_with_every_run() {
         &["bench", "--reps", "3", "--scale", "0.02", "--seed", "5"],
         &json,
     );
-    assert_eq!(v["schema"], 2);
+    assert_eq!(v["schema"], 3);
     assert_eq!(v["results"][0]["workload"], "postmark-quick");
     let v = &v["results"][0]["reports"][0];
     assert_eq!(v["config"]["kind"], "postmark");
@@ -187,6 +187,15 @@ fn managed_targets_run_and_are_always_taken_down() {
             assert_eq!(cost["daemon_io"]["wchar"].is_u64(), fuse, "{kind}: {cost}");
             // moafs's engine counters come from its stats= file at unmount
             assert_eq!(r["engine"]["commits"].is_u64(), kind == "moafs", "{kind}");
+            // the mount as /proc/mounts showed it while mounted: type, source, options
+            let mount = r["mount_options"].as_str().unwrap();
+            let want = match kind {
+                "moafs" => "fuse.moafs ".to_string(),
+                "fuse2fs" => "fuse".to_string(),
+                k => format!("{k} /dev/loop"),
+            };
+            assert!(mount.starts_with(&want), "{kind}: {mount}");
+            assert!(mount.contains("rw"), "{kind}: {mount}");
             if kind == "fuse2fs" {
                 assert!(r["device"].is_null(), "fuse2fs: not measured");
             } else {
@@ -258,19 +267,42 @@ fn several_targets_take_turns_and_are_compared_with_the_first() {
         ],
         &json,
     );
-    // progress lines alternate: engine 1, dir 1, engine 2, dir 2
-    let order: Vec<&str> = text
+    // progress lines: both targets in every repetition, in the order the JSON records
+    let ran: Vec<(String, String)> = text
         .lines()
-        .filter(|l| l.contains(" run "))
+        .filter(|l| l.starts_with("  ") && l.contains(" run ") && l.contains("/s,"))
         .map(|l| {
-            if l.trim_start().starts_with("engine") {
-                "e"
-            } else {
-                "d"
-            }
+            let (name, rest) = l.trim_start().split_once(" run ").unwrap();
+            (
+                name.to_string(),
+                rest.split(':').next().unwrap().to_string(),
+            )
         })
         .collect();
-    assert_eq!(order, ["e", "d", "e", "d"], "{text}");
+    let recorded: Vec<(String, String)> = v["results"][0]["repetitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            let rep = r["rep"].to_string();
+            r["order"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |n| (n.as_str().unwrap().to_string(), rep.clone()))
+        })
+        .collect();
+    assert_eq!(ran, recorded, "{text}");
+    assert_eq!(ran.len(), 4, "{text}");
+    for rep in ["1", "2"] {
+        let mut names: Vec<&str> = ran
+            .iter()
+            .filter(|r| r.1 == rep)
+            .map(|r| &r.0[..1])
+            .collect();
+        names.sort();
+        assert_eq!(names, ["d", "e"], "{text}");
+    }
     assert!(text.contains("compared with engine"), "{text}");
     let v = &v["results"][0];
     let reports = v["reports"].as_array().unwrap();
@@ -280,7 +312,7 @@ fn several_targets_take_turns_and_are_compared_with_the_first() {
         .all(|r| r["runs"].as_array().unwrap().len() == 2));
     let cmp = v["comparison"].as_array().unwrap();
     assert_eq!(cmp[0]["ratio_to_baseline"], 1.0);
-    let verdicts = ["higher", "lower", "no_difference"];
+    let verdicts = ["higher", "lower", "no_difference", "inconclusive"];
     assert!(verdicts.contains(&cmp[1]["verdict"].as_str().unwrap()));
     // the scratch directories are gone
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
@@ -731,5 +763,222 @@ fn cowrite_experiment_refuses_bad_input() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}
+
+/// Every object key anywhere in `v`.
+fn keys(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                out.insert(k.clone());
+                keys(x, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| keys(x, out)),
+        _ => {}
+    }
+}
+
+/// The environment record of a result file: present, and filled where it must be.
+fn assert_environment(e: &serde_json::Value) {
+    let text = |k: &str| {
+        e[k].as_str()
+            .unwrap_or_else(|| panic!("{k}: {e}"))
+            .to_string()
+    };
+    for k in [
+        "run_id",
+        "time",
+        "hostname",
+        "cpu_model",
+        "governor",
+        "commit",
+    ] {
+        assert!(!text(k).is_empty(), "{k}: {e}");
+    }
+    assert!(!text("memory_limit").is_empty(), "{e}");
+    assert_eq!(text("moafs_version"), env!("CARGO_PKG_VERSION"));
+    // this test runs from a git checkout: the commit is known, 40 hex digits
+    let commit = text("commit");
+    assert!(
+        commit == "unknown" || commit.trim_end_matches("-dirty").len() == 40,
+        "{commit}"
+    );
+    assert!(text("run_id").contains(&commit[..7]), "{e}");
+    let release = e["kernel"]["release"].as_str().unwrap();
+    assert!(!release.is_empty() && release != "unknown", "{e}");
+    assert!(e["kernel"]["version"].is_string(), "{e}");
+    assert!(e["cpus"]["available"].as_u64().unwrap() >= 1, "{e}");
+    assert!(e["cpus"]["online"].as_u64().unwrap() >= 1, "{e}");
+    assert!(e["memory_bytes"].as_u64().unwrap() > 0, "{e}");
+    let tools = e["tool_versions"].as_object().unwrap();
+    for t in [
+        "postmark",
+        "sysbench",
+        "fio",
+        "bonnie++",
+        "mkfs.ext4",
+        "mkfs.xfs",
+        "mkfs.btrfs",
+        "fuse2fs",
+    ] {
+        let v = &tools[t];
+        // null where the tool is missing, its version line where it is there
+        assert_eq!(v.is_string(), have(t), "{t}: {v}");
+    }
+}
+
+#[test]
+fn bench_records_the_environment_seeds_and_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("env.json");
+    let backing = tmp.path().to_str().unwrap();
+    let (text, v) = bench_json(
+        &[
+            "bench",
+            "--reps",
+            "2",
+            "--scale",
+            "0.02",
+            "--seed",
+            "9",
+            "--target",
+            "engine,engine:file",
+            "--backing",
+            backing,
+        ],
+        &json,
+    );
+    assert_eq!(v["schema"], 3);
+    let e = &v["environment"];
+    assert_environment(e);
+    assert_eq!(e["backing"]["path"], backing);
+    assert!(
+        e["backing"]["fs_type"].as_str().unwrap() != "unknown",
+        "{e}"
+    );
+    // the header shows it
+    for want in [
+        "run_id ",
+        "kernel ",
+        "governor ",
+        "limit ",
+        "backing ",
+        "tools: ",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    assert!(text.contains(e["run_id"].as_str().unwrap()), "{text}");
+    let res = &v["results"][0];
+    // a fresh seed per repetition, the same for every target of a repetition
+    let reps = res["repetitions"].as_array().unwrap();
+    assert_eq!(reps.len(), 2);
+    let seeds: Vec<u64> = reps.iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+    assert_ne!(seeds[0], seeds[1]);
+    assert!(res["order_seed"].is_u64());
+    for report in res["reports"].as_array().unwrap() {
+        let runs = report["runs"].as_array().unwrap();
+        let run_seeds: Vec<u64> = runs.iter().map(|r| r["seed"].as_u64().unwrap()).collect();
+        assert_eq!(run_seeds, seeds, "{}", report["target"]);
+        for run in runs {
+            assert!(run["mount_options"]
+                .as_str()
+                .unwrap()
+                .contains("in-process"));
+            assert!(run["cache_before"]["cached_bytes"].is_u64(), "{run}");
+            assert!(run["cache_before"]["dirty_bytes"].is_u64(), "{run}");
+        }
+        // the order: each repetition lists every target once
+        for r in reps {
+            let order = r["order"].as_array().unwrap();
+            assert_eq!(order.len(), 2);
+            assert!(order.contains(&report["target"]), "{r}");
+        }
+        assert!(report["latency"].is_object() && report["rate_outliers"].is_array());
+    }
+    // the workload ran with each repetition's seed: PostMark is deterministic, so the two
+    // targets of a repetition wrote the same bytes, and the two repetitions did not
+    let written = |t: usize, r: usize| {
+        res["reports"][t]["runs"][r]["outcome"]["bytes_written"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(written(0, 0), written(1, 0));
+    assert_eq!(written(0, 1), written(1, 1));
+    assert_ne!(written(0, 0), written(0, 1));
+    let mut found = std::collections::BTreeSet::new();
+    keys(&v, &mut found);
+    for k in ["kernel", "commit", "mount_options", "seed", "run_id"] {
+        assert!(found.contains(k), "{k}");
+    }
+    // every operation type timed has its percentiles
+    for report in res["reports"].as_array().unwrap() {
+        for (op, l) in report["latency"].as_object().unwrap() {
+            for k in ["p50_us", "p99_us", "p999_us"] {
+                assert!(l[k].as_f64().unwrap() > 0.0, "{op} {k}: {l}");
+            }
+        }
+    }
+    // the comparison is paired: the second target's ratios, one per repetition
+    let c = &res["comparison"][1];
+    assert_eq!(c["pairs"], 2);
+    assert_eq!(c["ratios"].as_array().unwrap().len(), 2);
+    assert!(c["ci95_low"].as_f64().unwrap() <= c["ratio_to_baseline"].as_f64().unwrap());
+    assert!(c["ci95_high"].as_f64().unwrap() >= c["ratio_to_baseline"].as_f64().unwrap());
+    // the printed comparison reads one way: "× BASE's rate", never "0.x× slower"
+    let line = text
+        .lines()
+        .find(|l| l.contains("'s rate (95 % CI"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(!line.contains("slower"), "{line}");
+}
+
+#[test]
+fn every_experiment_result_file_records_the_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        (
+            "cowrite",
+            vec![
+                "--size",
+                "64M",
+                "--utilisation",
+                "0",
+                "--tests",
+                "rand-write",
+            ],
+        ),
+        ("bytelog", vec!["--size", "128M", "--tests", "tio-128"]),
+        ("readahead", vec!["--tests", "rndrd-16k"]),
+    ] {
+        let json = tmp.path().join(format!("{name}.json"));
+        let out = Command::new(BIN)
+            .args(["experiment", name])
+            .args(&args)
+            .args(["--scale", "0.01", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_environment(&v["environment"]);
+        assert!(v["rows"].is_array(), "{name}");
+        // written again from the saved file: the measurement's environment is kept
+        let again = tmp.path().join(format!("{name}-again.json"));
+        let out = Command::new(BIN)
+            .args(["experiment", name, "--from-json"])
+            .arg(&json)
+            .arg("--json")
+            .arg(&again)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}");
+        let w: serde_json::Value = serde_json::from_slice(&std::fs::read(&again).unwrap()).unwrap();
+        assert_eq!(w["environment"], v["environment"], "{name}");
     }
 }
