@@ -4,8 +4,11 @@
 //! keeps no file-system state of its own: lookup counts, open counts and everything else live
 //! in [`Fs`]. File handles are always 0.
 //!
-//! [`mount_blocking`] mounts, serves requests on `threads` threads, runs the write-back timer
-//! (`Fs::tick` every second) and unmounts cleanly on SIGINT, SIGTERM or SIGHUP.
+//! [`serve`] is the transport, shared with the FUSE floor target ([`passthrough`]): it mounts,
+//! negotiates FUSE_INIT through the adapter's [`Transport`], serves requests on `threads`
+//! threads or over io_uring, polls, tunes the bdi and unmounts cleanly on SIGINT, SIGTERM or
+//! SIGHUP. [`mount_blocking`] is `serve` with [`MoafsFuse`] plus the engine's write-back timer
+//! (`Fs::tick` every second) and write-behind thread.
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
