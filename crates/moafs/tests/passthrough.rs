@@ -260,6 +260,48 @@ fn sigterm_unmounts_and_engine_options_are_refused() {
     m.unmount();
 }
 
+/// Anything left under `backing`: files, mounts, loop devices.
+fn leftovers(backing: &Path) -> Vec<String> {
+    let mut found: Vec<String> = fs::read_dir(backing)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let tag = backing.display().to_string();
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    found.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(String::from),
+    );
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    found.extend(
+        String::from_utf8_lossy(&loops.stdout)
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(String::from),
+    );
+    found
+}
+
+fn bench(backing: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args([
+            "bench",
+            "--target",
+            "passthrough",
+            "--reps",
+            "1",
+            "--watch-ms",
+            "0",
+        ])
+        .args(args)
+        .arg("--backing")
+        .arg(backing)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn bench_runs_postmark_on_the_floor_target() {
     if !can_mount() {
@@ -267,43 +309,54 @@ fn bench_runs_postmark_on_the_floor_target() {
     }
     let backing = tempfile::tempdir_in("/dev/shm").unwrap();
     let json = backing.path().join("report.json");
-    let out = Command::new(BIN)
-        .args([
-            "bench",
-            "--target",
-            "passthrough",
+    let out = bench(
+        backing.path(),
+        &[
             "--workload",
             "postmark-quick",
             "--scale",
             "0.05",
-            "--reps",
-            "1",
             "--size",
             "128M",
-            "--backing",
-        ])
-        .arg(backing.path())
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
+            "--json",
+            p(&json),
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
     let r = &v["results"][0]["reports"][0];
     assert_eq!(r["target"], "passthrough");
     let runs = r["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1);
-    // the loop device under the passthrough saw the run
+    // the loop device under the passthrough saw the run; the daemon's CPU is counted
     assert!(
         runs[0]["device"]["write_bytes"].as_u64().unwrap() > 0,
         "{}",
         runs[0]
     );
+    assert!(runs[0]["cost"]["daemon"].is_object(), "{}", runs[0]["cost"]);
     assert!(r["rate"]["mean"].as_f64().unwrap() > 0.0);
-    // taken down: nothing left in the backing directory but the report
-    let left: Vec<_> = fs::read_dir(backing.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("report.json")]);
+    // taken down: FUSE mount, ext4 mount, loop device, files — only the report is left
+    fs::remove_file(&json).unwrap();
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+
+    // a run that fails (ENOSPC on the small ext4 below) takes both mounts down too
+    let out = bench(
+        backing.path(),
+        &[
+            "--workload",
+            "postmark-fsl",
+            "--scale",
+            "0.2",
+            "--size",
+            "16M",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("on passthrough"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }
