@@ -1038,14 +1038,14 @@ impl Filesystem for Passthrough {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.transport.note();
-        self.fsync(_req, ino, _fh, datasync, reply);
+        // the directory's own descriptor (read-only), fsynced as a file's
+        self.fsync(req, ino, fh, datasync, reply);
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
