@@ -1225,3 +1225,54 @@ pub fn mount_blocking(
         ready,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_numbers_are_the_backing_ones_with_root_and_1_swapped() {
+        let dir = std::env::temp_dir();
+        let p = Passthrough::new(&dir, &MountConfig::default()).unwrap();
+        let (dev, root) = p.root_key;
+        assert_eq!(p.number((dev, root)), Some(ROOT));
+        assert_eq!(p.number((dev, ROOT)), Some(root));
+        assert_eq!(p.number((dev, 12345)), Some(12345));
+        // another file system below the source: numbered from the table
+        assert_eq!(p.number((dev ^ 1, 12345)), None);
+        // the root is known from the start and never forgotten
+        p.forget_one(ROOT, 10);
+        assert!(p.inode(INodeNo(ROOT)).is_ok());
+        assert_eq!(p.inode(INodeNo(12345)).unwrap_err(), Errno::ESTALE);
+    }
+
+    #[test]
+    fn lookups_count_and_the_last_forget_closes() {
+        let dir = std::env::temp_dir().join(format!("moafs-pt-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        let p = Passthrough::new(&dir, &MountConfig::default()).unwrap();
+        let root = p.inode(INodeNo(ROOT)).unwrap();
+        let a = p.lookup_at(&root, true, OsStr::new("f")).unwrap();
+        let b = p.lookup_at(&root, true, OsStr::new("f")).unwrap();
+        assert_eq!(a.ino, b.ino);
+        assert_eq!(a.size, 1);
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(a.ino.0, std::fs::metadata(dir.join("f")).unwrap().ino());
+        // ".." of the root is the root
+        assert_eq!(
+            p.lookup_at(&root, true, OsStr::new("..")).unwrap().ino,
+            INodeNo(ROOT)
+        );
+        p.forget_one(a.ino.0, 1);
+        assert!(p.inode(a.ino).is_ok(), "one lookup left");
+        p.forget_one(a.ino.0, 1);
+        assert!(p.inode(a.ino).is_err(), "forgotten");
+        assert!(p.table().by_key.len() == 1, "only the root is left");
+        assert_eq!(
+            p.lookup_at(&root, true, OsStr::new("missing")).unwrap_err(),
+            Errno::ENOENT
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
