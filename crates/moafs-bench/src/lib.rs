@@ -83,6 +83,10 @@ pub const TARGETS: &[(&str, &str)] = &[
     ),
     ("fuse2fs", "fuse2fs over a fresh ext4 image (managed)"),
     (
+        "passthrough",
+        "the FUSE floor: ext4 as for ext4, passed through FUSE with moafs's transport and no engine (managed)",
+    ),
+    (
         "DIR",
         "any existing directory, e.g. a mount point (a fresh subdirectory per run)",
     ),

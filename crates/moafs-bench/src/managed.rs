@@ -1,10 +1,11 @@
 //! Managed targets: file systems the harness makes for a run and always takes down again —
-//! moafs over FUSE, ext4, XFS and btrfs on loop devices, fuse2fs — each on a fresh image file
-//! of the same size in a backing directory (/dev/shm: DRAM-class storage, or a disk
-//! directory). Teardown (unmount, wait for a FUSE daemon to exit, detach the loop device,
-//! remove the image) runs on drop, so also when a run fails; Ctrl-C in `moafs bench` makes the
-//! running workload fail at its next operation (see [`crate::interrupt`]), which drops the
-//! target.
+//! moafs over FUSE, ext4, XFS and btrfs on loop devices, fuse2fs, and the FUSE floor (ext4 on a
+//! loop device passed through FUSE by `moafs passthrough`) — each on a fresh image file of the
+//! same size in a backing directory (/dev/shm: DRAM-class storage, or a disk directory).
+//! Teardown (unmount, wait for a FUSE daemon to exit, unmount a file system under it, detach
+//! the loop device, remove the image) runs on drop, so also when a run fails; Ctrl-C in
+//! `moafs bench` makes the running workload fail at its next operation (see
+//! [`crate::interrupt`]), which drops the target.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,9 @@ pub enum Kind {
     Xfs,
     Btrfs,
     Fuse2fs,
+    /// The FUSE floor: ext4 on a loop device, passed through FUSE by `moafs passthrough`
+    /// with moafs's transport and no engine.
+    Passthrough,
 }
 
 impl Kind {
@@ -29,6 +33,7 @@ impl Kind {
             "xfs" => Kind::Xfs,
             "btrfs" => Kind::Btrfs,
             "fuse2fs" => Kind::Fuse2fs,
+            "passthrough" => Kind::Passthrough,
             _ => return None,
         })
     }
@@ -40,13 +45,14 @@ impl Kind {
             Kind::Xfs => "xfs",
             Kind::Btrfs => "btrfs",
             Kind::Fuse2fs => "fuse2fs",
+            Kind::Passthrough => "passthrough",
         }
     }
 
     /// The mkfs command line (program, arguments before the image).
     fn mkfs(self) -> (&'static str, &'static [&'static str]) {
         match self {
-            Kind::Ext4 | Kind::Fuse2fs => ("mkfs.ext4", &["-q", "-F"]),
+            Kind::Ext4 | Kind::Fuse2fs | Kind::Passthrough => ("mkfs.ext4", &["-q", "-F"]),
             Kind::Xfs => ("mkfs.xfs", &["-q", "-f"]),
             Kind::Btrfs => ("mkfs.btrfs", &["-q", "-f"]),
             Kind::Moafs => ("moafs", &[]),
@@ -62,9 +68,9 @@ pub struct ManagedOptions {
     pub size: u64,
     /// Directory for the image and the mount point (e.g. /dev/shm).
     pub backing: PathBuf,
-    /// The moafs binary (for `Kind::Moafs`).
+    /// The moafs binary (for `Kind::Moafs` and `Kind::Passthrough`).
     pub moafs: PathBuf,
-    /// Extra `moafs mount -o` options.
+    /// Extra `moafs mount -o` (or `moafs passthrough -o`) options.
     pub moafs_options: String,
 }
 
@@ -123,6 +129,9 @@ pub struct Managed {
     mnt: PathBuf,
     img: PathBuf,
     loopdev: Option<String>,
+    /// The kernel file system under a FUSE mount (the passthrough's ext4): unmounted after
+    /// the FUSE mount and its daemon are gone.
+    lower: Option<PathBuf>,
     daemon_pid: Option<i32>,
     child: Option<Child>,
 }
@@ -210,6 +219,7 @@ impl Managed {
             img: work.join("img"),
             work,
             loopdev: None,
+            lower: None,
             daemon_pid: None,
             child: None,
             start: None,
@@ -258,11 +268,26 @@ impl Managed {
                 }
             }
             Kind::Ext4 | Kind::Xfs | Kind::Btrfs => {
-                let (prog, args) = o.kind.mkfs();
-                run(Command::new(prog).args(args).arg(&m.img))?;
-                let dev = run(Command::new("losetup").args(["-f", "--show"]).arg(&m.img))?;
-                m.loopdev = Some(dev.clone());
-                run(Command::new("mount").arg(&dev).arg(&m.mnt))?;
+                let dev = m.loop_mount(o.kind, &m.mnt.clone())?;
+                m.start = Some(block_stat(&dev)?);
+            }
+            Kind::Passthrough => {
+                // ext4 as for the ext4 target, then its root passed through FUSE
+                let lower = m.work.join("ext4");
+                std::fs::create_dir(&lower)?;
+                let dev = m.loop_mount(o.kind, &lower)?;
+                m.lower = Some(lower.clone());
+                let pidfile = m.work.join("pid");
+                let mut opts = format!("pidfile={}", pidfile.display());
+                if !o.moafs_options.is_empty() {
+                    opts = format!("{opts},{}", o.moafs_options);
+                }
+                run(Command::new(&o.moafs)
+                    .args(["passthrough", "-o", &opts])
+                    .arg(&lower)
+                    .arg(&m.mnt))?;
+                let pid = std::fs::read_to_string(&pidfile)?;
+                m.daemon_pid = pid.trim().parse().ok();
                 m.start = Some(block_stat(&dev)?);
             }
         }
@@ -278,6 +303,19 @@ impl Managed {
 
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// Makes `kind`'s file system on the image, attaches it to a loop device and mounts that
+    /// on `at`; returns the loop device.
+    fn loop_mount(&mut self, kind: Kind, at: &Path) -> io::Result<String> {
+        let (prog, args) = kind.mkfs();
+        run(Command::new(prog).args(args).arg(&self.img))?;
+        let dev = run(Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&self.img))?;
+        self.loopdev = Some(dev.clone());
+        run(Command::new("mount").arg(&dev).arg(at))?;
+        Ok(dev)
     }
 
     /// The name in reports (`moafs`, `moafs@dirty_max=1G` …).
@@ -385,6 +423,15 @@ impl Managed {
             let _ = child.wait();
         }
         self.daemon_pid = None;
+        // The kernel file system under the FUSE mount, once its daemon has let go of it.
+        if let Some(lower) = self.lower.take() {
+            if is_mounted(&lower) {
+                if let Err(e) = run(Command::new("umount").arg(&lower)) {
+                    errors.push(e.to_string());
+                    let _ = run(Command::new("umount").arg("-l").arg(&lower));
+                }
+            }
+        }
     }
 
     /// Detaches the loop device and removes the image and mount point.

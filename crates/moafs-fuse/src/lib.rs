@@ -4,8 +4,11 @@
 //! keeps no file-system state of its own: lookup counts, open counts and everything else live
 //! in [`Fs`]. File handles are always 0.
 //!
-//! [`mount_blocking`] mounts, serves requests on `threads` threads, runs the write-back timer
-//! (`Fs::tick` every second) and unmounts cleanly on SIGINT, SIGTERM or SIGHUP.
+//! [`serve`] is the transport, shared with the FUSE floor target ([`passthrough`]): it mounts,
+//! negotiates FUSE_INIT through the adapter's [`Transport`], serves requests on `threads`
+//! threads or over io_uring, polls, tunes the bdi and unmounts cleanly on SIGINT, SIGTERM or
+//! SIGHUP. [`mount_blocking`] is `serve` with [`MoafsFuse`] plus the engine's write-back timer
+//! (`Fs::tick` every second) and write-behind thread.
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -32,6 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod passthrough;
 pub mod poll;
 pub mod uring;
 
@@ -61,6 +65,8 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Source shown in /proc/mounts: the image's absolute path (the type reads `fuse.moafs`).
     pub fsname: String,
+    /// The mount's type after `fuse.`: `moafs`, or `moafs-passthrough` for the floor target.
+    pub subtype: String,
     /// mount(8)'s VFS options of the mount, passed to mount(2) as flags: `noatime`,
     /// `nodiratime`, `relatime`, `strictatime`, `lazytime`, `dev`, `suid`, `noexec`, `sync`,
     /// `dirsync` (and their opposites). FUSE mounts are `nodev,nosuid` unless `dev`/`suid`.
@@ -94,6 +100,7 @@ impl Default for MountConfig {
             attr_ttl: Duration::from_secs(60),
             read_only: false,
             fsname: "moafs".to_string(),
+            subtype: "moafs".to_string(),
             vfs_options: Vec::new(),
             read_ahead_kb: 1024,
             bdi_max_ratio: 20,
@@ -109,18 +116,13 @@ impl Default for MountConfig {
 pub struct MoafsFuse {
     fs: Arc<Fs>,
     ttl: Duration,
-    activity: Arc<Activity>,
-    /// Ask for FUSE_OVER_IO_URING in INIT; `uring_granted` tells whether the kernel agreed.
-    want_uring: bool,
-    uring_granted: Arc<AtomicBool>,
+    /// What INIT asks of the kernel, the request counter, the notifier (shared with
+    /// [`passthrough::Passthrough`]).
+    transport: Transport,
     /// Open directory streams: handle -> the offset that ends the listing (set when the
     /// listing starts at offset 0, see `Fs::readdir_end`).
     dir_streams: Mutex<HashMap<u64, u64>>,
     next_dir_handle: AtomicU64,
-    /// Tells the kernel to drop cached attributes (set once the session exists).
-    notifier: Arc<OnceLock<Notifier>>,
-    /// Ask for POSIX ACLs (only with default_permissions, which they need).
-    posix_acl: bool,
 }
 
 impl MoafsFuse {
@@ -128,19 +130,10 @@ impl MoafsFuse {
         MoafsFuse {
             fs,
             ttl: cfg.attr_ttl,
-            activity: Arc::new(Activity::default()),
-            want_uring: cfg.uring != UringMode::Off,
-            uring_granted: Arc::new(AtomicBool::new(false)),
+            transport: Transport::new(cfg),
             dir_streams: Mutex::new(HashMap::new()),
             next_dir_handle: AtomicU64::new(1),
-            notifier: Arc::new(OnceLock::new()),
-            posix_acl: cfg.default_permissions,
         }
-    }
-
-    /// Set once FUSE_INIT granted the io_uring transport.
-    pub fn uring_granted(&self) -> &Arc<AtomicBool> {
-        &self.uring_granted
     }
 
     /// The engine this adapter serves.
@@ -163,18 +156,13 @@ impl MoafsFuse {
         Ok(streams.get(&fh.0).copied().unwrap_or(u64::MAX))
     }
 
-    /// Where the session's notifier goes once the session exists.
-    pub fn notifier_slot(&self) -> &Arc<OnceLock<Notifier>> {
-        &self.notifier
-    }
-
     /// Drops set-user-ID/set-group-ID for a write-like change by the caller of `req`; when
     /// the mode changed, the kernel is told to forget the attributes it caches (the reply of
     /// a WRITE or FALLOCATE carries none, and the kernel keeps the old mode for the TTL).
     fn kill_suid(&self, req: &Request, ino: u64) -> Result<(), FsError> {
         let groups = unprivileged_groups(req);
         if self.fs.kill_suid(ino, groups.as_deref())? {
-            if let Some(n) = self.notifier.get() {
+            if let Some(n) = self.transport.notifier.get() {
                 // offset < 0: attributes only, no page is touched (safe inside a request)
                 if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
                     log::debug!("attribute invalidation of {ino}: {e}");
@@ -200,10 +188,124 @@ impl MoafsFuse {
         }
         Ok(())
     }
+}
+
+/// The FUSE transport both adapters share ([`MoafsFuse`] and [`passthrough::Passthrough`]):
+/// what FUSE_INIT asks of the kernel, the request counter that drives polling, and the
+/// notifier. Served by [`serve`], which sets up everything else (threads, io_uring or
+/// /dev/fuse, polling, bdi tuning, signals), so the two differ only in what answers requests.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    activity: Arc<Activity>,
+    /// Ask for FUSE_OVER_IO_URING in INIT; `uring_granted` tells whether the kernel agreed.
+    want_uring: bool,
+    uring_granted: Arc<AtomicBool>,
+    /// Tells the kernel to drop cached attributes (set once the session exists).
+    notifier: Arc<OnceLock<Notifier>>,
+    /// Ask for POSIX ACLs (only with default_permissions, which they need).
+    posix_acl: bool,
+}
+
+impl Transport {
+    pub fn new(cfg: &MountConfig) -> Transport {
+        Transport {
+            activity: Arc::new(Activity::default()),
+            want_uring: cfg.uring != UringMode::Off,
+            uring_granted: Arc::new(AtomicBool::new(false)),
+            notifier: Arc::new(OnceLock::new()),
+            posix_acl: cfg.default_permissions,
+        }
+    }
+
+    /// Counts a request (polling keeps going while requests come).
+    pub fn note(&self) {
+        self.activity.note();
+    }
 
     /// The request counter that drives polling.
     pub fn activity(&self) -> &Arc<Activity> {
         &self.activity
+    }
+
+    /// Set once FUSE_INIT granted the io_uring transport.
+    pub fn uring_granted(&self) -> &Arc<AtomicBool> {
+        &self.uring_granted
+    }
+
+    /// The session's notifier, once the session exists.
+    pub fn notifier(&self) -> Option<&Notifier> {
+        self.notifier.get()
+    }
+
+    /// Where the session's notifier goes once the session exists.
+    pub fn notifier_slot(&self) -> &Arc<OnceLock<Notifier>> {
+        &self.notifier
+    }
+
+    /// The adapter's part of FUSE_INIT: the capabilities and limits both adapters ask for.
+    pub fn negotiate(&self, config: &mut KernelConfig) {
+        // HANDLE_KILLPRIV_V2: the adapter clears suid/sgid itself (on chown, on truncate and
+        // write by unprivileged callers, as the kernel flags them); in return the kernel sets SB_NOSEC
+        // and stops asking getxattr("security.capability") before every write.
+        // No ATOMIC_O_TRUNC: open is answered with ENOSYS (NO_OPEN), so the VFS truncates.
+        let wanted = [
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_WRITEBACK_CACHE,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            // File handles (name_to_handle_at/open_by_handle_at, NFS export): a handle holds
+            // the inode number and generation; the kernel finds an inode it no longer caches
+            // by LOOKUP of "." in it (and a directory's parent by "..").
+            InitFlags::FUSE_EXPORT_SUPPORT,
+            // Not FUSE_ASYNC_DIO: with it the kernel completes an asynchronous O_DIRECT write
+            // (aio, io_uring) without invalidating the page cache afterwards, so a page that a
+            // buffered reader cached during the write stays stale (xfstests generic/451).
+            // Without it the write waits in the kernel, which then invalidates the range.
+        ];
+        for flag in wanted {
+            if let Err(missing) = config.add_capabilities(flag) {
+                log::info!("kernel does not support {missing:?}");
+            }
+        }
+        // POSIX ACLs: the kernel checks permissions against the ACL xattrs (it needs
+        // default_permissions for that) and caches them; the engine (or the passthrough's
+        // backing file system) keeps mode and ACL in step and inherits default ACLs, so the
+        // kernel must not apply the umask itself (DONT_MASK: the file system applies it when
+        // there is no default ACL).
+        if self.posix_acl {
+            match config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK) {
+                Ok(()) => {}
+                Err(missing) => log::info!("kernel does not support {missing:?}"),
+            }
+        }
+        if self.want_uring {
+            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
+                Ok(()) => self.uring_granted.store(true, Ordering::SeqCst),
+                Err(_) => log::info!("kernel does not offer FUSE over io_uring"),
+            }
+        }
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+    }
+}
+
+/// A fuser file system served by [`serve`] with the shared [`Transport`].
+pub trait Adapter: Filesystem {
+    fn transport(&self) -> &Transport;
+}
+
+impl Adapter for MoafsFuse {
+    fn transport(&self) -> &Transport {
+        &self.transport
     }
 }
 
@@ -359,56 +461,7 @@ impl MoafsFuse {
 
 impl Filesystem for MoafsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        // HANDLE_KILLPRIV_V2: moafs clears suid/sgid itself (on chown, on truncate and write by
-        // unprivileged callers, as the kernel flags them); in return the kernel sets SB_NOSEC
-        // and stops asking getxattr("security.capability") before every write.
-        // No ATOMIC_O_TRUNC: open is answered with ENOSYS (NO_OPEN), so the VFS truncates.
-        let wanted = [
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
-            InitFlags::FUSE_ASYNC_READ,
-            InitFlags::FUSE_BIG_WRITES,
-            InitFlags::FUSE_MAX_PAGES,
-            InitFlags::FUSE_WRITEBACK_CACHE,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_READDIRPLUS_AUTO,
-            InitFlags::FUSE_CACHE_SYMLINKS,
-            // File handles (name_to_handle_at/open_by_handle_at, NFS export): a handle holds
-            // the inode number and generation; the kernel finds an inode it no longer caches
-            // by LOOKUP of "." in it (and a directory's parent by "..").
-            InitFlags::FUSE_EXPORT_SUPPORT,
-            // Not FUSE_ASYNC_DIO: with it the kernel completes an asynchronous O_DIRECT write
-            // (aio, io_uring) without invalidating the page cache afterwards, so a page that a
-            // buffered reader cached during the write stays stale (xfstests generic/451).
-            // Without it the write waits in the kernel, which then invalidates the range.
-        ];
-        for flag in wanted {
-            if let Err(missing) = config.add_capabilities(flag) {
-                log::info!("kernel does not support {missing:?}");
-            }
-        }
-        // POSIX ACLs: the kernel checks permissions against the ACL xattrs (it needs
-        // default_permissions for that) and caches them; the engine keeps mode and ACL in
-        // step and inherits default ACLs, so the kernel must not apply the umask itself
-        // (DONT_MASK: the engine applies it when there is no default ACL).
-        if self.posix_acl {
-            match config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK) {
-                Ok(()) => {}
-                Err(missing) => log::info!("kernel does not support {missing:?}"),
-            }
-        }
-        if self.want_uring {
-            match config.add_capabilities(InitFlags::FUSE_OVER_IO_URING) {
-                Ok(()) => self.uring_granted.store(true, Ordering::SeqCst),
-                Err(_) => log::info!("kernel does not offer FUSE over io_uring"),
-            }
-        }
-        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
-            let _ = config.set_max_write(nearest);
-        }
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
-        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        self.transport.negotiate(config);
         Ok(())
     }
 
@@ -419,7 +472,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.activity.note();
+        self.transport.note();
         match self.fs.lookup(parent.0, name.as_bytes()) {
             Ok(a) => reply.entry(
                 &self.ttl,
@@ -437,14 +490,14 @@ impl Filesystem for MoafsFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.activity.note();
+        self.transport.note();
         self.fs.forget(ino.0, nlookup);
     }
 
     // batch_forget: fuser's default calls `forget` for each node (its `ForgetOne` is private).
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.activity.note();
+        self.transport.note();
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -469,7 +522,7 @@ impl Filesystem for MoafsFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.activity.note();
+        self.transport.note();
         let kill_suid = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
         let set = SetAttr {
             mode,
@@ -495,7 +548,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.activity.note();
+        self.transport.note();
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
@@ -512,7 +565,7 @@ impl Filesystem for MoafsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.activity.note();
+        self.transport.note();
         let res = self
             .fs
             .mknod(parent.0, name.as_bytes(), mode, rdev, creator(req, umask));
@@ -528,7 +581,7 @@ impl Filesystem for MoafsFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.activity.note();
+        self.transport.note();
         let res = self.fs.mkdir(
             parent.0,
             name.as_bytes(),
@@ -539,12 +592,12 @@ impl Filesystem for MoafsFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.activity.note();
+        self.transport.note();
         Self::empty(reply, self.fs.unlink(parent.0, name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.activity.note();
+        self.transport.note();
         Self::empty(reply, self.fs.rmdir(parent.0, name.as_bytes()));
     }
 
@@ -556,7 +609,7 @@ impl Filesystem for MoafsFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.activity.note();
+        self.transport.note();
         let res = self.fs.symlink(
             parent.0,
             link_name.as_bytes(),
@@ -576,7 +629,7 @@ impl Filesystem for MoafsFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         let bits = flags.bits();
         if bits & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT) != 0 {
             return reply.error(Errno::EINVAL);
@@ -621,13 +674,13 @@ impl Filesystem for MoafsFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.activity.note();
+        self.transport.note();
         let res = self.fs.link(ino.0, newparent.0, newname.as_bytes());
         self.entry(reply, res);
     }
 
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.activity.note();
+        self.transport.note();
         // NO_OPEN: moafs needs no file handles (the kernel's lookup reference keeps an unlinked
         // file alive while it is open), so ENOSYS makes the kernel skip OPEN and RELEASE from
         // now on, and keep cached pages across opens.
@@ -645,7 +698,7 @@ impl Filesystem for MoafsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.activity.note();
+        self.transport.note();
         // Over io_uring the engine reads straight into the ring entry's payload.
         match uring::read_direct(size as usize, |out| self.fs.read_into(ino.0, offset, out)) {
             Some(Ok(())) => return reply.data(&[]),
@@ -670,7 +723,7 @@ impl Filesystem for MoafsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.activity.note();
+        self.transport.note();
         if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
             if let Err(e) = self.kill_suid(req, ino.0) {
                 return reply.error(errno(&e));
@@ -690,7 +743,7 @@ impl Filesystem for MoafsFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         // close() has nothing for moafs to do: the kernel writes dirty pages back before it
         // sends FLUSH, and durability is fsync's job. ENOSYS makes the kernel stop sending
         // FLUSH (it still writes pages back on close), saving one round trip per close.
@@ -707,7 +760,7 @@ impl Filesystem for MoafsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         // Files come from CREATE (open is ENOSYS): nothing was counted, nothing to release.
         let _ = ino;
         reply.ok();
@@ -721,12 +774,12 @@ impl Filesystem for MoafsFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         Self::empty(reply, self.fs.fsync(ino.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.activity.note();
+        self.transport.note();
         let fh = self.next_dir_handle.fetch_add(1, Ordering::Relaxed);
         reply.opened(FileHandle(fh), FopenFlags::empty());
     }
@@ -739,7 +792,7 @@ impl Filesystem for MoafsFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.activity.note();
+        self.transport.note();
         const BATCH: usize = 128;
         let end = match self.listing_end(ino.0, fh, offset) {
             Ok(e) => e,
@@ -777,7 +830,7 @@ impl Filesystem for MoafsFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.activity.note();
+        self.transport.note();
         const BATCH: usize = 64;
         let end = match self.listing_end(ino.0, fh, offset) {
             Ok(e) => e,
@@ -837,7 +890,7 @@ impl Filesystem for MoafsFuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         self.dir_streams
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -853,12 +906,12 @@ impl Filesystem for MoafsFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         Self::empty(reply, self.fs.sync());
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.activity.note();
+        self.transport.note();
         let s = self.fs.statfs();
         reply.statfs(
             s.total_blocks,
@@ -882,7 +935,7 @@ impl Filesystem for MoafsFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         if ino.0 == moafs_core::fs::ROOT_INO && name.as_bytes() == DROP_CACHES_XATTR {
             // benchmark scenario A; the kernel lets only CAP_SYS_ADMIN set trusted.* names
             match self.fs.drop_caches() {
@@ -908,7 +961,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.activity.note();
+        self.transport.note();
         match self.fs.getxattr(ino.0, name.as_bytes()) {
             Ok(v) => Self::xattr_reply(reply, &v, size),
             Err(e) => reply.error(errno(&e)),
@@ -916,7 +969,7 @@ impl Filesystem for MoafsFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.activity.note();
+        self.transport.note();
         match self.fs.listxattr(ino.0) {
             Ok(names) => {
                 let mut buf = Vec::new();
@@ -931,12 +984,12 @@ impl Filesystem for MoafsFuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.activity.note();
+        self.transport.note();
         Self::empty(reply, self.fs.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.activity.note();
+        self.transport.note();
         Self::empty(
             reply,
             self.fs.access(ino.0, mask.bits() as u32, caller(req)),
@@ -953,7 +1006,7 @@ impl Filesystem for MoafsFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        self.activity.note();
+        self.transport.note();
         // ENOSYS (sticky): the kernel then creates files with MKNOD and, since open is ENOSYS
         // too, sends no OPEN and no RELEASE: one round trip less per created file than CREATE
         // (which hands out a file handle the kernel later releases).
@@ -970,7 +1023,7 @@ impl Filesystem for MoafsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.activity.note();
+        self.transport.note();
         // Changing a file's blocks counts as a write: an unprivileged caller drops
         // set-user-ID and set-group-ID (xfstests generic/683, 684).
         if req.uid() != 0 {
@@ -1241,7 +1294,7 @@ pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
     let mut c = fuser::Config::default();
     c.mount_options = vec![
         MountOption::FSName(cfg.fsname.clone()),
-        MountOption::Subtype("moafs".into()),
+        MountOption::Subtype(cfg.subtype.clone()),
     ];
     if cfg.default_permissions {
         c.mount_options.push(MountOption::DefaultPermissions);
@@ -1265,14 +1318,6 @@ pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
     c
 }
 
-/// Mounts `fs` on `mountpoint`, calls `ready` once the mount is live, serves requests until
-/// the file system is unmounted (by `umount`/`fusermount3 -u`, or by SIGINT/SIGTERM/SIGHUP,
-/// which this function handles), and returns after the engine has written everything back
-/// (`Fs::unmount`).
-///
-/// Call it before spawning other threads if signals should reach the watcher: the signals are
-/// blocked in the calling thread (and so in every thread spawned from here) and restored on
-/// return.
 /// Raises the FUSE connection's readahead and dirty-memory share (root only; best effort).
 /// The kernel's defaults for a FUSE bdi are 128 KiB readahead and 1 % of dirty memory, which
 /// split large sequential reads into small requests and throttle buffered writers early.
@@ -1359,10 +1404,27 @@ fn abort_connection(mountpoint: &Path) -> io::Result<()> {
     std::fs::write(conns.join(minor).join("abort"), "1")
 }
 
-pub fn mount_blocking(
-    fs: Arc<Fs>,
+/// Mounts the adapter that `make` builds on `mountpoint`, calls `ready` once the mount is live,
+/// serves requests until the file system is unmounted (by `umount`/`fusermount3 -u`, or by
+/// SIGINT/SIGTERM/SIGHUP, which this function handles), and returns once the session has ended.
+/// This is the transport shared by moafs and the passthrough floor target: threads, io_uring
+/// or /dev/fuse (with polling), bdi tuning, I/O-flusher marking, signals.
+///
+/// `make` gets the configuration as it will be used (`uring` off when io_uring cannot be
+/// used). `probe` gives the io_uring transport a way to tell whether a large READ continues
+/// a stream.
+/// `background` starts the adapter's own threads once the session exists; what it returns is
+/// dropped after the session ended (and after the signal watcher).
+///
+/// Call it before spawning other threads if signals should reach the watcher: the signals are
+/// blocked in the calling thread (and so in every thread spawned from here) and restored on
+/// return.
+pub fn serve<A: Adapter, G>(
+    make: impl FnOnce(&MountConfig) -> io::Result<A>,
     mountpoint: &Path,
     cfg: &MountConfig,
+    probe: impl FnOnce(&A) -> Option<uring::StreamProbe>,
+    background: impl FnOnce(&Path) -> io::Result<G>,
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     let old_mask = watched_signals()
@@ -1379,8 +1441,9 @@ pub fn mount_blocking(
             adapter_cfg.uring = UringMode::Off;
         }
     }
-    let adapter = MoafsFuse::new(fs.clone(), &adapter_cfg);
-    let activity = adapter.activity().clone();
+    let adapter = make(&adapter_cfg)?;
+    let transport = adapter.transport().clone();
+    let probe = probe(&adapter);
     if cfg.uring == UringMode::Auto && !uring::kernel_enabled() && nix::unistd::geteuid().is_root()
     {
         match uring::kernel_enable() {
@@ -1388,14 +1451,12 @@ pub fn mount_blocking(
             Err(e) => log::info!("cannot turn on fuse.enable_uring: {e}"),
         }
     }
-    let uring_granted = adapter.uring_granted().clone();
-    let notifier_slot = adapter.notifier_slot().clone();
     let mut session = Session::new(adapter, &mountpoint, &fuser_config(cfg))?;
-    let _ = notifier_slot.set(session.notifier());
+    let _ = transport.notifier_slot().set(session.notifier());
     // FUSE over io_uring when INIT granted it; otherwise /dev/fuse, where the thread reading
     // the session's own descriptor polls (fuser gives the other threads descriptors of their
     // own, which keep sleeping in read()).
-    let uring_setup = if uring_granted.load(Ordering::SeqCst) {
+    let uring_setup = if transport.uring_granted().load(Ordering::SeqCst) {
         Some((
             session.as_fd().try_clone_to_owned()?,
             uring::UringConfig {
@@ -1410,6 +1471,7 @@ pub fn mount_blocking(
     };
     let poll_fd = session.as_fd().try_clone_to_owned()?;
     let poller: Mutex<Option<Poller>> = Mutex::new(None);
+    let activity = transport.activity().clone();
     let start_poller = || {
         if !cfg.poll_window.is_zero() {
             match Poller::start(poll_fd, activity, cfg.poll_window) {
@@ -1439,13 +1501,12 @@ pub fn mount_blocking(
         }
         ready()
     };
-    let ticker = Ticker::start(fs.clone(), mountpoint.clone())?;
-    let behind = WriteBehind::start(fs.clone())?;
+    let background = background(&mountpoint)?;
     let watcher = SignalWatcher::start(session.unmount_callable(), mountpoint.clone())?;
     log::info!("mounted on {}", mountpoint.display());
     // Ends the session from an io_uring queue that can no longer be served: abort the FUSE
     // connection (every waiting and later request fails at once, /dev/fuse reads end, and
-    // the daemon writes back and exits as at unmount); unmount if that is not possible.
+    // the daemon exits as at unmount); unmount if that is not possible.
     let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
     let abort_mp = mountpoint.clone();
     let on_fatal: uring::OnFatal = Arc::new(move || {
@@ -1459,10 +1520,7 @@ pub fn mount_blocking(
     });
     let res = session.run_with_extra(|dispatcher| {
         if let Some((fd, ucfg)) = uring_setup {
-            let probe_fs = fs.clone();
-            let probe: uring::StreamProbe =
-                Arc::new(move |ino, offset| probe_fs.read_follows(ino, offset));
-            match uring::start(fd, dispatcher, ucfg, Some(probe), on_fatal.clone()) {
+            match uring::start(fd, dispatcher, ucfg, probe, on_fatal.clone()) {
                 Ok(workers) => {
                     log::info!("serving FUSE over io_uring ({} queues)", ucfg.queues);
                     // Ready once every request path is set up (the /dev/fuse threads run).
@@ -1488,8 +1546,38 @@ pub fn mount_blocking(
     });
     drop(poller);
     drop(watcher);
-    drop(behind);
-    drop(ticker);
+    drop(background);
+    log::info!("session on {} ended", mountpoint.display());
+    res
+}
+
+/// Mounts `fs` on `mountpoint` with [`serve`] (plus the engine's write-back timer and
+/// write-behind thread), and returns after the engine has written everything back
+/// (`Fs::unmount`).
+pub fn mount_blocking(
+    fs: Arc<Fs>,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    ready: impl FnOnce(),
+) -> io::Result<()> {
+    let res = serve(
+        |c| Ok(MoafsFuse::new(fs.clone(), c)),
+        mountpoint,
+        cfg,
+        |a: &MoafsFuse| {
+            let fs = a.fs().clone();
+            let probe: uring::StreamProbe =
+                Arc::new(move |ino, offset| fs.read_follows(ino, offset));
+            Some(probe)
+        },
+        |mp| {
+            let ticker = Ticker::start(fs.clone(), mp.to_path_buf())?;
+            let behind = WriteBehind::start(fs.clone())?;
+            // dropped in this order: write-behind first, then the timer
+            Ok((behind, ticker))
+        },
+        ready,
+    );
     // `destroy` has normally done this already; later calls do nothing.
     let unmounted = fs.unmount();
     log::info!("unmounted {}", mountpoint.display());

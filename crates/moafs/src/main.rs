@@ -59,6 +59,9 @@ enum Cmd {
     /// Age IMAGE (unmounted): a seeded create/grow/delete history until it is as full and as
     /// fragmented (layout score) as asked.
     Age(AgeArgs),
+    /// Mount SOURCE (a directory) on MOUNTPOINT through FUSE with moafs's transport and no
+    /// engine: the FUSE floor target of `moafs bench` (returns once the mount is ready unless -f).
+    Passthrough(PassthroughArgs),
     /// Run paper 000's co-writing experiments in-process on the model disk (aged images,
     /// cowrite=on vs off; modelled time, device writes, bandwidth).
     Experiment(ExperimentArgs),
@@ -136,6 +139,7 @@ mod inspect;
 mod install;
 mod mkfs;
 mod mount;
+mod passthrough;
 mod umount;
 use age::*;
 use bench::*;
@@ -146,6 +150,7 @@ use inspect::*;
 use install::*;
 use mkfs::*;
 use mount::*;
+use passthrough::*;
 use umount::*;
 
 fn main() -> ExitCode {
@@ -178,6 +183,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => report(cmd_bench(&a)),
         Cmd::Age(a) => report(cmd_age(&a)),
         Cmd::Experiment(a) => report(cmd_experiment(&a)),
+        Cmd::Passthrough(a) => cmd_passthrough(&a),
     };
     ExitCode::from(code)
 }

@@ -537,33 +537,50 @@ pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
 /// Forks; the child mounts and serves, the parent returns once the mount is ready (exit 0) or
 /// has failed (the child's message, exit 1).
 pub(crate) fn daemonize_and_serve(image: &Path, mountpoint: &Path, plan: &MountPlan) -> u8 {
-    let (rd, wr) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-        Ok(p) => p,
-        Err(e) => return report(Err(format!("pipe: {e}"))),
-    };
+    match daemonize(plan.log.as_deref(), plan.pidfile.as_deref(), |ready| {
+        serve(image, mountpoint, plan, ready)
+    }) {
+        Ok(()) => {
+            mounts::register_umount_helper(image, mountpoint);
+            0
+        }
+        Err(e) => report(Err(e)),
+    }
+}
+
+/// Forks. The child detaches (`log`: its stderr) and runs `serve`, which must call the
+/// function it is given once the mount is ready (the pid file is written then), and exits
+/// when `serve` returns. The parent returns `Ok` once the mount is ready, or the child's error.
+pub(crate) fn daemonize<F>(
+    log: Option<&Path>,
+    pidfile: Option<&Path>,
+    serve: F,
+) -> Result<(), String>
+where
+    F: for<'a> FnOnce(Box<dyn FnOnce() + 'a>) -> Result<(), String>,
+{
+    let (rd, wr) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     // SAFETY: `fork` is only unsafe in a multi-threaded process, where the child may inherit
     // locks held by other threads. We fork here, in `main`'s thread, before anything in this
     // process has spawned a thread (clap, env_logger and the option parsing above are
     // single-threaded; the device, the engine and the FUSE session are created in the child).
     let fork = unsafe { nix::unistd::fork() };
     match fork {
-        Err(e) => report(Err(format!("fork: {e}"))),
+        Err(e) => Err(format!("fork: {e}")),
         Ok(nix::unistd::ForkResult::Parent { child }) => {
             drop(wr);
             let mut msg = String::new();
             let _ = File::from(rd).read_to_string(&mut msg);
             if msg.starts_with("OK") {
-                mounts::register_umount_helper(image, mountpoint);
-                0
+                Ok(())
             } else if let Some(err) = msg.strip_prefix("ERR ") {
-                eprintln!("moafs: {}", err.trim_end());
                 // The child exits right after reporting; reap it.
                 let _ = nix::sys::wait::waitpid(child, None);
-                1
+                Err(err.trim_end().to_string())
             } else {
                 let _ = nix::sys::wait::waitpid(child, None);
-                eprintln!("moafs: the mount daemon exited before the mount was ready");
-                1
+                Err("the mount daemon exited before the mount was ready".to_string())
             }
         }
         Ok(nix::unistd::ForkResult::Child) => {
@@ -574,18 +591,17 @@ pub(crate) fn daemonize_and_serve(image: &Path, mountpoint: &Path, plan: &MountP
                     let _ = f.write_all(m.as_bytes());
                 }
             };
-            if let Err(e) = detach(plan.log.as_deref()) {
+            if let Err(e) = detach(log) {
                 send(&format!("ERR {e}\n"));
                 std::process::exit(1);
             }
-            let pidfile = plan.pidfile.clone();
-            let res = serve(image, mountpoint, plan, || {
-                if let Some(p) = &pidfile {
+            let res = serve(Box::new(|| {
+                if let Some(p) = pidfile {
                     write_pidfile(p);
                 }
                 send("OK\n");
-            });
-            if let Some(p) = &pidfile {
+            }));
+            if let Some(p) = pidfile {
                 remove_pidfile(p);
             }
             match res {

@@ -1,0 +1,1278 @@
+//! The FUSE floor target: a minimal pass-through file system over a directory.
+//!
+//! [`Passthrough`] answers every request with the matching system call on a backing directory
+//! and keeps no data of its own. It is served by [`crate::serve`] with the same [`Transport`]
+//! as moafs — the same threads, io_uring or /dev/fuse choice, polling, FUSE_INIT capabilities,
+//! limits, TTLs, mount options and bdi tuning — and it answers the requests moafs declines
+//! the same way (OPEN, CREATE and FLUSH with ENOSYS), so the kernel sends it the same requests
+//! for the same work. What `moafs bench` measures on it is the cost of the FUSE round trips
+//! moafs makes, without moafs's engine: the floor under moafs on that transport.
+//!
+//! Inodes: each inode the kernel knows holds an `O_PATH` descriptor of its backing file
+//! (lookup count as the kernel's; closed at the last FORGET), and, once read or written, a
+//! read-write descriptor (no file handles: the kernel does not OPEN). Inode numbers are the
+//! backing ones, with the backing root and backing inode 1 swapped (FUSE's root is 1); a file
+//! on another file system below the source gets a number from a counter.
+//!
+//! Not supported (not needed by the benchmarks): permission checks of its own (the kernel's
+//! `default_permissions` does them), O_DIRECT to the backing file, locks, ioctl, lseek
+//! SEEK_DATA/SEEK_HOLE (the kernel's generic one answers), copy_file_range (the kernel
+//! copies), times of symbolic links, inode generations (always 0).
+
+use crate::{from_system_time, to_system_time, uring, Adapter, MountConfig, Transport};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, WriteFlags,
+};
+use moafs_core::fs::Timespec;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{Mode, SFlag};
+use nix::sys::time::TimeSpec;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirEntryExt, FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// FUSE's root inode number.
+const ROOT: u64 = 1;
+/// Numbers for files on other file systems below the source start here.
+const FOREIGN_BASE: u64 = 1 << 63;
+
+/// One inode the kernel knows.
+#[derive(Debug)]
+struct Inode {
+    /// `O_PATH` descriptor of the backing file.
+    fd: OwnedFd,
+    /// Backing (device, inode number): the table's key.
+    key: (u64, u64),
+    /// A descriptor for reading and writing, opened at the first need (read-only when the
+    /// file cannot be opened for writing; directories too).
+    io: Mutex<Option<Arc<File>>>,
+    /// Where the last read ended (the io_uring transport's stream probe, as moafs's).
+    read_end: AtomicU64,
+}
+
+impl Inode {
+    /// `/proc/self/fd/N` of the `O_PATH` descriptor: reopens the very inode with other flags.
+    fn proc_path(&self) -> String {
+        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
+    }
+
+    fn io(&self) -> io::Result<Arc<File>> {
+        let mut g = self.io.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = &*g {
+            return Ok(f.clone());
+        }
+        let path = self.proc_path();
+        let f = match File::options().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            // a directory, a read-only file system, a running executable
+            Err(_) => File::open(&path)?,
+        };
+        let f = Arc::new(f);
+        *g = Some(f.clone());
+        Ok(f)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    /// FUSE inode number -> inode and the kernel's lookup count.
+    by_ino: HashMap<u64, (Arc<Inode>, u64)>,
+    /// Backing (device, inode) -> FUSE inode number.
+    by_key: HashMap<(u64, u64), u64>,
+    next_foreign: u64,
+}
+
+/// A directory listing: taken when the listing starts (offset 0), as moafs fixes its end.
+#[derive(Debug, Default)]
+struct DirStream {
+    entries: Vec<(OsString, u64, FileType)>,
+}
+
+/// The pass-through file system over a backing directory.
+pub struct Passthrough {
+    transport: Transport,
+    ttl: Duration,
+    table: Arc<Mutex<Table>>,
+    /// Backing (device, inode) of the source directory (FUSE inode 1).
+    root_key: (u64, u64),
+    dirs: Mutex<HashMap<u64, Arc<Mutex<DirStream>>>>,
+    next_dir: AtomicU64,
+}
+
+fn errno(e: nix::Error) -> Errno {
+    Errno::from_i32(e as i32)
+}
+
+fn io_errno(e: &io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// `openat(2)` returning an owned descriptor.
+fn openat(dir: &OwnedFd, name: &OsStr, flags: OFlag) -> nix::Result<OwnedFd> {
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        flags | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // SAFETY: `openat` just returned this descriptor; nothing else owns or closes it, so the
+    // `OwnedFd` is its only owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn kind_of(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    to_system_time(Timespec {
+        sec,
+        nsec: nsec.clamp(0, 999_999_999) as u32,
+    })
+}
+
+fn attr_of(ino: u64, st: &libc::stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+        crtime: UNIX_EPOCH,
+        kind: kind_of(st.st_mode),
+        perm: (st.st_mode & 0o7777) as u16,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+/// Attributes of a negative entry (node 0): only the timeout matters to the kernel.
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn utime(t: Option<fuser::TimeOrNow>) -> TimeSpec {
+    match t {
+        None => TimeSpec::UTIME_OMIT,
+        Some(fuser::TimeOrNow::Now) => TimeSpec::UTIME_NOW,
+        Some(fuser::TimeOrNow::SpecificTime(st)) => {
+            let t = from_system_time(st);
+            TimeSpec::new(t.sec, i64::from(t.nsec))
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's umask once it has its own (`unshare(CLONE_FS)`); `None` before.
+    static UMASK: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// Makes `umask` the umask of the calling thread for the creation that follows, so that the
+/// backing file system applies it, or a default ACL of the parent instead (the kernel passes
+/// the mode unmasked, DONT_MASK). Each serving thread gets its own umask (`unshare(CLONE_FS)`)
+/// the first time. Returns the mode to create with: `mode` itself, or, where the thread cannot
+/// have its own umask, `mode` masked here (default ACLs then do not replace the umask).
+fn with_umask(mode: u32, umask: u32) -> u32 {
+    let umask = umask & 0o777;
+    UMASK.with(|u| match u.get() {
+        Some(cur) if cur == umask => mode,
+        Some(_) => {
+            nix::sys::stat::umask(Mode::from_bits_truncate(umask));
+            u.set(Some(umask));
+            mode
+        }
+        None => match nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS) {
+            Ok(()) => {
+                nix::sys::stat::umask(Mode::from_bits_truncate(umask));
+                u.set(Some(umask));
+                mode
+            }
+            Err(e) => {
+                log::debug!("unshare(CLONE_FS): {e}; masking modes here");
+                mode & !umask
+            }
+        },
+    })
+}
+
+/// Raises the soft limit of open descriptors (each known inode holds one or two).
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let want = hard.max(1 << 20);
+    if setrlimit(Resource::RLIMIT_NOFILE, want, want).is_err() && soft < hard {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
+impl Passthrough {
+    /// A pass-through file system over the directory `source`.
+    pub fn new(source: &Path, cfg: &MountConfig) -> io::Result<Passthrough> {
+        raise_fd_limit();
+        let fd: OwnedFd = File::options()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(source)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", source.display())))?
+            .into();
+        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(io::Error::from)?;
+        let root_key = (st.st_dev, st.st_ino);
+        let mut table = Table {
+            next_foreign: FOREIGN_BASE,
+            ..Table::default()
+        };
+        let root = Inode {
+            fd,
+            key: root_key,
+            io: Mutex::new(None),
+            read_end: AtomicU64::new(0),
+        };
+        table.by_ino.insert(ROOT, (Arc::new(root), 1));
+        table.by_key.insert(root_key, ROOT);
+        Ok(Passthrough {
+            transport: Transport::new(cfg),
+            ttl: cfg.attr_ttl,
+            table: Arc::new(Mutex::new(table)),
+            root_key,
+            dirs: Mutex::new(HashMap::new()),
+            next_dir: AtomicU64::new(1),
+        })
+    }
+
+    /// The io_uring transport's probe: does a READ of (inode, offset) continue the last read
+    /// of that file (within moafs's own distance, `FOLLOWS_BYTES`)? `None` when not known.
+    pub fn stream_probe(&self) -> uring::StreamProbe {
+        let table = self.table.clone();
+        Arc::new(move |ino, offset| {
+            let t = table.try_lock().ok()?;
+            let end = t.by_ino.get(&ino)?.0.read_end.load(Ordering::Relaxed);
+            Some(offset.abs_diff(end) <= moafs_core::fs::FOLLOWS_BYTES)
+        })
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        self.table()
+            .by_ino
+            .get(&ino.0)
+            .map(|(i, _)| i.clone())
+            .ok_or(Errno::ESTALE)
+    }
+
+    /// The FUSE number of a backing file on the source's file system (`None`: on another).
+    fn number(&self, key: (u64, u64)) -> Option<u64> {
+        if key == self.root_key {
+            Some(ROOT)
+        } else if key.0 != self.root_key.0 {
+            None
+        } else if key.1 == ROOT {
+            Some(self.root_key.1)
+        } else {
+            Some(key.1)
+        }
+    }
+
+    /// The number shown for a directory entry (readdir), without a lookup.
+    fn shown_number(&self, dev: u64, ino: u64) -> u64 {
+        self.number((dev, ino))
+            .or_else(|| self.table().by_key.get(&(dev, ino)).copied())
+            .unwrap_or(ino)
+    }
+
+    /// Takes a lookup reference on the backing file `fd` (stat `st`) and returns its number.
+    fn remember(&self, fd: OwnedFd, st: &libc::stat) -> u64 {
+        let key = (st.st_dev, st.st_ino);
+        let mut t = self.table();
+        if let Some(&ino) = t.by_key.get(&key) {
+            if let Some(e) = t.by_ino.get_mut(&ino) {
+                e.1 += 1;
+                return ino;
+            }
+        }
+        let ino = match self.number(key) {
+            Some(n) => n,
+            None => {
+                t.next_foreign += 1;
+                t.next_foreign
+            }
+        };
+        let inode = Inode {
+            fd,
+            key,
+            io: Mutex::new(None),
+            read_end: AtomicU64::new(0),
+        };
+        t.by_ino.insert(ino, (Arc::new(inode), 1));
+        t.by_key.insert(key, ino);
+        ino
+    }
+
+    /// LOOKUP of `name` in `parent`: a lookup reference and the attributes.
+    fn lookup_at(&self, parent: &Inode, is_root: bool, name: &OsStr) -> Result<FileAttr, Errno> {
+        // ".." of the root stays inside the source
+        let name = if is_root && name.as_bytes() == b".." {
+            OsStr::new(".")
+        } else {
+            name
+        };
+        let fd = openat(&parent.fd, name, OFlag::O_PATH | OFlag::O_NOFOLLOW).map_err(errno)?;
+        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(errno)?;
+        let ino = self.remember(fd, &st);
+        Ok(attr_of(ino, &st))
+    }
+
+    fn forget_one(&self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let mut t = self.table();
+        let gone = match t.by_ino.get_mut(&ino) {
+            Some(e) => {
+                e.1 = e.1.saturating_sub(n);
+                e.1 == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some((inode, _)) = t.by_ino.remove(&ino) {
+                t.by_key.remove(&inode.key);
+            }
+        }
+    }
+
+    fn stat(&self, inode: &Inode, ino: u64) -> Result<FileAttr, Errno> {
+        let st = nix::sys::stat::fstat(inode.fd.as_raw_fd()).map_err(errno)?;
+        Ok(attr_of(ino, &st))
+    }
+
+    fn entry(&self, reply: ReplyEntry, res: Result<FileAttr, Errno>) {
+        match res {
+            Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Gives a file just made (as root) in `parent` to the caller of `req`; the group stays
+    /// the parent's when the parent is set-group-ID.
+    fn give_to_caller(&self, req: &Request, parent: &Inode, name: &OsStr) -> Result<(), Errno> {
+        if req.uid() == 0 && req.gid() == 0 {
+            return Ok(());
+        }
+        let pst = nix::sys::stat::fstat(parent.fd.as_raw_fd()).map_err(errno)?;
+        let gid = (pst.st_mode & libc::S_ISGID == 0).then(|| nix::unistd::Gid::from_raw(req.gid()));
+        let before = nix::sys::stat::fstatat(
+            Some(parent.fd.as_raw_fd()),
+            name,
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(errno)?;
+        nix::unistd::fchownat(
+            Some(parent.fd.as_raw_fd()),
+            name,
+            Some(nix::unistd::Uid::from_raw(req.uid())),
+            gid,
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(errno)?;
+        // chown drops set-user-ID and set-group-ID of a non-directory: the creator asked for them
+        let special = before.st_mode & (libc::S_ISUID | libc::S_ISGID);
+        if special != 0 && before.st_mode & libc::S_IFMT == libc::S_IFREG {
+            nix::sys::stat::fchmodat(
+                Some(parent.fd.as_raw_fd()),
+                name,
+                Mode::from_bits_truncate(before.st_mode & 0o7777),
+                nix::sys::stat::FchmodatFlags::FollowSymlink,
+            )
+            .map_err(errno)?;
+        }
+        Ok(())
+    }
+
+    /// Drops set-user-ID (and set-group-ID with group execute) of a file written, truncated
+    /// or allocated by an unprivileged caller (HANDLE_KILLPRIV_V2 leaves this to the file
+    /// system; the backing one does not do it for this daemon, which runs as root).
+    fn kill_suid(&self, ino: INodeNo, inode: &Inode) -> Result<(), Errno> {
+        let st = nix::sys::stat::fstat(inode.fd.as_raw_fd()).map_err(errno)?;
+        let mut kill = st.st_mode & libc::S_ISUID;
+        if st.st_mode & libc::S_ISGID != 0 && st.st_mode & libc::S_IXGRP != 0 {
+            kill |= libc::S_ISGID;
+        }
+        if kill == 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(());
+        }
+        nix::sys::stat::fchmodat(
+            None,
+            inode.proc_path().as_str(),
+            Mode::from_bits_truncate(st.st_mode & 0o7777 & !kill),
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        )
+        .map_err(errno)?;
+        if let Some(n) = self.transport.notifier() {
+            // attributes only (offset < 0); the reply of a WRITE carries none
+            if let Err(e) = n.inval_inode(ino, -1, 0) {
+                log::debug!("attribute invalidation of {}: {e}", ino.0);
+            }
+        }
+        Ok(())
+    }
+
+    /// The listing of directory `inode` (".", "..", then the backing entries).
+    fn list(&self, inode: &Inode, ino: u64) -> Result<DirStream, Errno> {
+        let st = nix::sys::stat::fstat(inode.fd.as_raw_fd()).map_err(errno)?;
+        let parent = if ino == ROOT {
+            ROOT
+        } else {
+            nix::sys::stat::fstatat(
+                Some(inode.fd.as_raw_fd()),
+                "..",
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map(|p| self.shown_number(p.st_dev, p.st_ino))
+            .unwrap_or(ROOT)
+        };
+        let mut entries = vec![
+            (OsString::from("."), ino, FileType::Directory),
+            (OsString::from(".."), parent, FileType::Directory),
+        ];
+        for e in std::fs::read_dir(inode.proc_path()).map_err(|e| io_errno(&e))? {
+            let e = e.map_err(|e| io_errno(&e))?;
+            let kind = match e.file_type() {
+                Ok(t) if t.is_dir() => FileType::Directory,
+                Ok(t) if t.is_symlink() => FileType::Symlink,
+                Ok(t) => {
+                    use std::os::unix::fs::FileTypeExt;
+                    if t.is_fifo() {
+                        FileType::NamedPipe
+                    } else if t.is_socket() {
+                        FileType::Socket
+                    } else if t.is_char_device() {
+                        FileType::CharDevice
+                    } else if t.is_block_device() {
+                        FileType::BlockDevice
+                    } else {
+                        FileType::RegularFile
+                    }
+                }
+                Err(_) => continue, // removed meanwhile
+            };
+            entries.push((e.file_name(), self.shown_number(st.st_dev, e.ino()), kind));
+        }
+        Ok(DirStream { entries })
+    }
+
+    /// The stream of handle `fh`, listed afresh when a listing starts (offset 0).
+    fn stream(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+    ) -> Result<Arc<Mutex<DirStream>>, Errno> {
+        let s = self
+            .dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)?;
+        let mut g = s.lock().unwrap_or_else(|e| e.into_inner());
+        if offset == 0 || g.entries.is_empty() {
+            let inode = self.inode(ino)?;
+            *g = self.list(&inode, ino.0)?;
+        }
+        drop(g);
+        Ok(s)
+    }
+}
+
+impl Adapter for Passthrough {
+    fn transport(&self) -> &Transport {
+        &self.transport
+    }
+}
+
+/// Reads at `offset` until `out` is full or the file ends; the bytes read.
+fn read_full(f: &File, out: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < out.len() {
+        match f.read_at(&mut out[n..], offset + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+impl Filesystem for Passthrough {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        self.transport.negotiate(config);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.transport.note();
+        let res = self
+            .inode(parent)
+            .and_then(|p| self.lookup_at(&p, parent.0 == ROOT, name));
+        match res {
+            Err(e) if e == Errno::ENOENT && !self.ttl.is_zero() => {
+                // a negative entry the kernel may cache for the TTL, as moafs answers
+                reply.entry(&self.ttl, &negative_attr(), Generation(0));
+            }
+            res => self.entry(reply, res),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.transport.note();
+        self.forget_one(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.transport.note();
+        match self.inode(ino).and_then(|i| self.stat(&i, ino.0)) {
+            Ok(a) => reply.attr(&self.ttl, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.transport.note();
+        let res = (|| {
+            let inode = self.inode(ino)?;
+            let path = inode.proc_path();
+            if let Some(m) = mode {
+                nix::sys::stat::fchmodat(
+                    None,
+                    path.as_str(),
+                    Mode::from_bits_truncate(m & 0o7777),
+                    nix::sys::stat::FchmodatFlags::FollowSymlink,
+                )
+                .map_err(errno)?;
+            }
+            if uid.is_some() || gid.is_some() {
+                // the backing file system drops set-user-ID/-group-ID as chown does
+                nix::unistd::fchownat(
+                    Some(inode.fd.as_raw_fd()),
+                    "",
+                    uid.map(nix::unistd::Uid::from_raw),
+                    gid.map(nix::unistd::Gid::from_raw),
+                    AtFlags::AT_EMPTY_PATH | AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .map_err(errno)?;
+            }
+            if let Some(len) = size {
+                inode
+                    .io()
+                    .and_then(|f| f.set_len(len))
+                    .map_err(|e| io_errno(&e))?;
+                if req.uid() != 0 {
+                    self.kill_suid(ino, &inode)?;
+                }
+            }
+            if atime.is_some() || mtime.is_some() {
+                nix::sys::stat::utimensat(
+                    None,
+                    path.as_str(),
+                    &utime(atime),
+                    &utime(mtime),
+                    nix::sys::stat::UtimensatFlags::FollowSymlink,
+                )
+                .map_err(errno)?;
+            }
+            self.stat(&inode, ino.0)
+        })();
+        match res {
+            Ok(a) => reply.attr(&self.ttl, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.transport.note();
+        let res = self
+            .inode(ino)
+            .and_then(|i| nix::fcntl::readlinkat(Some(i.fd.as_raw_fd()), "").map_err(errno));
+        match res {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.transport.note();
+        let res = self.inode(parent).and_then(|p| {
+            let m = with_umask(mode & 0o7777, umask);
+            nix::sys::stat::mknodat(
+                Some(p.fd.as_raw_fd()),
+                name,
+                SFlag::from_bits_truncate(mode & libc::S_IFMT),
+                Mode::from_bits_truncate(m),
+                libc::dev_t::from(rdev),
+            )
+            .map_err(errno)?;
+            self.give_to_caller(req, &p, name)?;
+            self.lookup_at(&p, parent.0 == ROOT, name)
+        });
+        self.entry(reply, res);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.transport.note();
+        let res = self.inode(parent).and_then(|p| {
+            let m = with_umask(mode & 0o7777, umask);
+            nix::sys::stat::mkdirat(Some(p.fd.as_raw_fd()), name, Mode::from_bits_truncate(m))
+                .map_err(errno)?;
+            self.give_to_caller(req, &p, name)?;
+            self.lookup_at(&p, parent.0 == ROOT, name)
+        });
+        self.entry(reply, res);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.transport.note();
+        let res = self.inode(parent).and_then(|p| {
+            nix::unistd::unlinkat(
+                Some(p.fd.as_raw_fd()),
+                name,
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            )
+            .map_err(errno)
+        });
+        empty(reply, res);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.transport.note();
+        let res = self.inode(parent).and_then(|p| {
+            nix::unistd::unlinkat(
+                Some(p.fd.as_raw_fd()),
+                name,
+                nix::unistd::UnlinkatFlags::RemoveDir,
+            )
+            .map_err(errno)
+        });
+        empty(reply, res);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.transport.note();
+        let res = self.inode(parent).and_then(|p| {
+            nix::unistd::symlinkat(target, Some(p.fd.as_raw_fd()), link_name).map_err(errno)?;
+            self.give_to_caller(req, &p, link_name)?;
+            self.lookup_at(&p, parent.0 == ROOT, link_name)
+        });
+        self.entry(reply, res);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.transport.note();
+        let res = (|| {
+            let flags = nix::fcntl::RenameFlags::from_bits(flags.bits()).ok_or(Errno::EINVAL)?;
+            let p = self.inode(parent)?;
+            let np = self.inode(newparent)?;
+            nix::fcntl::renameat2(
+                Some(p.fd.as_raw_fd()),
+                name,
+                Some(np.fd.as_raw_fd()),
+                newname,
+                flags,
+            )
+            .map_err(errno)
+        })();
+        empty(reply, res);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.transport.note();
+        let res = (|| {
+            let i = self.inode(ino)?;
+            let np = self.inode(newparent)?;
+            // through /proc: needs no CAP_DAC_READ_SEARCH, unlike AT_EMPTY_PATH
+            let path = i.proc_path();
+            nix::unistd::linkat(
+                None,
+                Path::new(&path),
+                Some(np.fd.as_raw_fd()),
+                Path::new(newname),
+                AtFlags::AT_SYMLINK_FOLLOW,
+            )
+            .map_err(errno)?;
+            self.lookup_at(&np, newparent.0 == ROOT, newname)
+        })();
+        self.entry(reply, res);
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.transport.note();
+        // As moafs (NO_OPEN): no file handles; reads and writes go through the inode's own
+        // descriptor, which lives as long as the kernel's lookup reference.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.transport.note();
+        let (inode, file) = match self.inode(ino).and_then(|i| {
+            let f = i.io().map_err(|e| io_errno(&e))?;
+            Ok((i, f))
+        }) {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        let done = |n: usize| inode.read_end.store(offset + n as u64, Ordering::Relaxed);
+        // Over io_uring the data goes straight into the ring entry's payload, as moafs's does.
+        let mut placed = 0;
+        match uring::read_direct(size as usize, |out| {
+            let n = read_full(&file, out, offset)?;
+            placed = n;
+            Ok::<usize, io::Error>(n)
+        }) {
+            Some(Ok(())) => {
+                done(placed);
+                return reply.data(&[]);
+            }
+            Some(Err(e)) => return reply.error(io_errno(&e)),
+            None => {}
+        }
+        let mut buf = vec![0u8; size as usize];
+        match read_full(&file, &mut buf, offset) {
+            Ok(n) => {
+                done(n);
+                reply.data(&buf[..n])
+            }
+            Err(e) => reply.error(io_errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.transport.note();
+        let res = (|| {
+            let inode = self.inode(ino)?;
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) && req.uid() != 0 {
+                self.kill_suid(ino, &inode)?;
+            }
+            let f = inode.io().map_err(|e| io_errno(&e))?;
+            f.write_all_at(data, offset).map_err(|e| io_errno(&e))?;
+            Ok(data.len() as u32)
+        })();
+        match res {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        self.transport.note();
+        // As moafs: nothing to do at close; ENOSYS stops the kernel sending FLUSH.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.transport.note();
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.transport.note();
+        let res = self.inode(ino).and_then(|i| {
+            let f = i.io().map_err(|e| io_errno(&e))?;
+            if datasync {
+                f.sync_data()
+            } else {
+                f.sync_all()
+            }
+            .map_err(|e| io_errno(&e))
+        });
+        empty(reply, res);
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.transport.note();
+        let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
+        self.dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, Arc::new(Mutex::new(DirStream::default())));
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.transport.note();
+        let s = match self.stream(ino, fh, offset) {
+            Ok(s) => s,
+            Err(e) => return reply.error(e),
+        };
+        let g = s.lock().unwrap_or_else(|e| e.into_inner());
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (name, n, kind)) in g.entries.iter().enumerate().skip(start) {
+            if reply.add(INodeNo(*n), i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        self.transport.note();
+        let (s, dir) = match self
+            .stream(ino, fh, offset)
+            .and_then(|s| Ok((s, self.inode(ino)?)))
+        {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        let dir_attr = match self.stat(&dir, ino.0) {
+            Ok(a) => a,
+            Err(e) => return reply.error(e),
+        };
+        let g = s.lock().unwrap_or_else(|e| e.into_inner());
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (i, (name, n, _)) in g.entries.iter().enumerate().skip(start) {
+            let dot = name == "." || name == "..";
+            // "." and ".." take no lookup reference (the kernel skips them); real entries do
+            let attr = if dot {
+                FileAttr {
+                    ino: INodeNo(*n),
+                    ..dir_attr
+                }
+            } else {
+                match self.lookup_at(&dir, ino.0 == ROOT, name) {
+                    Ok(a) => a,
+                    Err(_) => continue, // removed since the listing
+                }
+            };
+            if reply.add(
+                attr.ino,
+                i as u64 + 1,
+                name,
+                &self.ttl,
+                &attr,
+                Generation(0),
+            ) {
+                if !dot {
+                    self.forget_one(attr.ino.0, 1);
+                }
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.transport.note();
+        self.dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // the directory's own descriptor (read-only), fsynced as a file's
+        self.fsync(req, ino, fh, datasync, reply);
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.transport.note();
+        let res = self
+            .inode(ino)
+            .or_else(|_| self.inode(INodeNo(ROOT)))
+            .and_then(|i| nix::sys::statvfs::fstatvfs(i.fd.as_fd()).map_err(errno));
+        match res {
+            Ok(s) => reply.statfs(
+                s.blocks(),
+                s.blocks_free(),
+                s.blocks_available(),
+                s.files(),
+                s.files_free(),
+                s.block_size() as u32,
+                s.name_max() as u32,
+                s.fragment_size() as u32,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.transport.note();
+        let res = self.inode(ino).and_then(|i| {
+            let path = i.proc_path();
+            if flags & (libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0 {
+                let exists = xattr::get_deref(&path, name)
+                    .map_err(|e| io_errno(&e))?
+                    .is_some();
+                if exists && flags & libc::XATTR_CREATE != 0 {
+                    return Err(Errno::EEXIST);
+                }
+                if !exists && flags & libc::XATTR_REPLACE != 0 {
+                    return Err(Errno::NO_XATTR);
+                }
+            }
+            xattr::set_deref(&path, name, value).map_err(|e| io_errno(&e))
+        });
+        empty(reply, res);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.transport.note();
+        let res = self.inode(ino).and_then(|i| {
+            xattr::get_deref(i.proc_path(), name)
+                .map_err(|e| io_errno(&e))?
+                .ok_or(Errno::NO_XATTR)
+        });
+        match res {
+            Ok(v) => xattr_reply(reply, &v, size),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.transport.note();
+        let res = self.inode(ino).and_then(|i| {
+            let mut buf = Vec::new();
+            for n in xattr::list_deref(i.proc_path()).map_err(|e| io_errno(&e))? {
+                buf.extend_from_slice(n.as_bytes());
+                buf.push(0);
+            }
+            Ok(buf)
+        });
+        match res {
+            Ok(v) => xattr_reply(reply, &v, size),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.transport.note();
+        let res = self
+            .inode(ino)
+            .and_then(|i| xattr::remove_deref(i.proc_path(), name).map_err(|e| io_errno(&e)));
+        empty(reply, res);
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        self.transport.note();
+        // Permissions are the kernel's (default_permissions); the file must exist.
+        empty(reply, self.inode(ino).map(drop));
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.transport.note();
+        // As moafs: ENOSYS (sticky) makes the kernel create files with MKNOD and no OPEN.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.transport.note();
+        let res = (|| {
+            let inode = self.inode(ino)?;
+            if req.uid() != 0 {
+                self.kill_suid(ino, &inode)?;
+            }
+            let f = inode.io().map_err(|e| io_errno(&e))?;
+            let off = libc::off_t::try_from(offset).map_err(|_| Errno::EFBIG)?;
+            let len = libc::off_t::try_from(length).map_err(|_| Errno::EFBIG)?;
+            nix::fcntl::fallocate(
+                f.as_raw_fd(),
+                nix::fcntl::FallocateFlags::from_bits_truncate(mode),
+                off,
+                len,
+            )
+            .map_err(errno)
+        })();
+        empty(reply, res);
+    }
+}
+
+fn empty(reply: ReplyEmpty, res: Result<(), Errno>) {
+    match res {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
+    if size == 0 {
+        match u32::try_from(data.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::E2BIG),
+        }
+    } else if data.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(data);
+    }
+}
+
+/// Mounts a [`Passthrough`] of `source` on `mountpoint` with moafs's transport ([`crate::serve`])
+/// and serves it until unmounted (or SIGINT/SIGTERM/SIGHUP); `ready` is called once the mount
+/// is live.
+pub fn mount_blocking(
+    source: &Path,
+    mountpoint: &Path,
+    cfg: &MountConfig,
+    ready: impl FnOnce(),
+) -> io::Result<()> {
+    crate::serve(
+        |c| Passthrough::new(source, c),
+        mountpoint,
+        cfg,
+        |p: &Passthrough| Some(p.stream_probe()),
+        |_| Ok(()),
+        ready,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inode_numbers_are_the_backing_ones_with_root_and_1_swapped() {
+        let dir = std::env::temp_dir();
+        let p = Passthrough::new(&dir, &MountConfig::default()).unwrap();
+        let (dev, root) = p.root_key;
+        assert_eq!(p.number((dev, root)), Some(ROOT));
+        assert_eq!(p.number((dev, ROOT)), Some(root));
+        assert_eq!(p.number((dev, 12345)), Some(12345));
+        // another file system below the source: numbered from the table
+        assert_eq!(p.number((dev ^ 1, 12345)), None);
+        // the root is known from the start and never forgotten
+        p.forget_one(ROOT, 10);
+        assert!(p.inode(INodeNo(ROOT)).is_ok());
+        assert_eq!(p.inode(INodeNo(12345)).unwrap_err(), Errno::ESTALE);
+    }
+
+    #[test]
+    fn lookups_count_and_the_last_forget_closes() {
+        let dir = std::env::temp_dir().join(format!("moafs-pt-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f"), b"x").unwrap();
+        let p = Passthrough::new(&dir, &MountConfig::default()).unwrap();
+        let root = p.inode(INodeNo(ROOT)).unwrap();
+        let a = p.lookup_at(&root, true, OsStr::new("f")).unwrap();
+        let b = p.lookup_at(&root, true, OsStr::new("f")).unwrap();
+        assert_eq!(a.ino, b.ino);
+        assert_eq!(a.size, 1);
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(a.ino.0, std::fs::metadata(dir.join("f")).unwrap().ino());
+        // ".." of the root is the root
+        assert_eq!(
+            p.lookup_at(&root, true, OsStr::new("..")).unwrap().ino,
+            INodeNo(ROOT)
+        );
+        p.forget_one(a.ino.0, 1);
+        assert!(p.inode(a.ino).is_ok(), "one lookup left");
+        p.forget_one(a.ino.0, 1);
+        assert!(p.inode(a.ino).is_err(), "forgotten");
+        assert!(p.table().by_key.len() == 1, "only the root is left");
+        assert_eq!(
+            p.lookup_at(&root, true, OsStr::new("missing")).unwrap_err(),
+            Errno::ENOENT
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
