@@ -4,6 +4,7 @@
 
 pub mod aging;
 pub mod bytelog_exp;
+pub mod cgroup;
 pub mod cowrite_exp;
 pub mod filebench;
 pub mod html;
