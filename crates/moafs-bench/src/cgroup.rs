@@ -80,8 +80,8 @@ pub fn locate(
         })
     };
     if let Some(m) = &v2 {
-        let has_memory = controllers(m)
-            .is_some_and(|c| c.split_whitespace().any(|x| x == "memory"));
+        let has_memory =
+            controllers(m).is_some_and(|c| c.split_whitespace().any(|x| x == "memory"));
         if has_memory {
             let path = path_of(&|id, ctl| id == "0" && ctl.is_empty())
                 .ok_or("cgroup v2: no 0:: line in /proc/self/cgroup")?;
@@ -150,8 +150,12 @@ pub struct MemoryCgroup {
 }
 
 fn write(path: &Path, what: &str) -> io::Result<()> {
-    std::fs::write(path, what)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e} (writing {what:?})", path.display())))
+    std::fs::write(path, what).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("{}: {e} (writing {what:?})", path.display()),
+        )
+    })
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -427,7 +431,10 @@ mod tests {
     #[test]
     fn finds_the_memory_controller_in_v2_or_v1() {
         // v2 offers memory: v2, the 0:: path
-        let p = locate(PURE, "0::/user.slice/s\n", |_| Some("cpu io memory pids".into())).unwrap();
+        let p = locate(PURE, "0::/user.slice/s\n", |_| {
+            Some("cpu io memory pids".into())
+        })
+        .unwrap();
         assert_eq!(p.version, Version::V2);
         assert_eq!(p.dir(), Path::new("/sys/fs/cgroup/user.slice/s"));
         // hybrid: the unified mount lacks memory, the v1 memory hierarchy has it
@@ -454,16 +461,25 @@ mod tests {
                 return;
             }
         };
-        assert!(MemoryCgroup::create_in(place.clone(), 1 << 20).is_err(), "too small");
+        assert!(
+            MemoryCgroup::create_in(place.clone(), 1 << 20).is_err(),
+            "too small"
+        );
         let cg = MemoryCgroup::create_in(place.clone(), 256 << 20).unwrap();
         let dir = cg.dir().to_path_buf();
         assert!(dir.is_dir());
         assert_eq!(cg.limit().unwrap(), 256 << 20);
         // a child process moved in is charged there; the cgroup cannot go while it is in it
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         cg.move_pid(child.id()).unwrap();
         assert_eq!(cgroup_of(child.id()).unwrap(), dir);
-        assert!(std::fs::remove_dir(&dir).is_err(), "busy while a process is in it");
+        assert!(
+            std::fs::remove_dir(&dir).is_err(),
+            "busy while a process is in it"
+        );
         child.kill().unwrap();
         child.wait().unwrap();
         cg.remove().unwrap();

@@ -85,6 +85,8 @@ fn bench_lists_and_refuses_bad_input() {
         vec!["bench", "--cache", "polluted"],
         vec!["bench", "--background", "fsync"],
         vec!["bench", "--background", "nope"],
+        vec!["bench", "--memory-limit", "1G"],
+        vec!["bench", "--memory-limit", "lots"],
         vec![
             "bench",
             "--target",
@@ -474,7 +476,7 @@ fn scenarios_and_background_jobs_are_columns_of_one_run() {
 }
 
 #[test]
-fn scenario_a_on_moafs_drops_its_own_cache_too() {
+fn a_drop_after_setup_on_moafs_drops_its_own_cache_too() {
     if !is_root() || !have("fusermount3") {
         return; // managed moafs and drop_caches need root
     }
@@ -496,11 +498,12 @@ fn scenario_a_on_moafs_drops_its_own_cache_too() {
             "--backing",
             backing.path().to_str().unwrap(),
             "--cache",
-            "fresh,dropped",
+            "fresh,cold",
         ],
         &json,
     );
     let reports = v["results"][0]["reports"].as_array().unwrap();
+    assert_eq!(reports[1]["runs"][0]["cache"], "dropped_after_setup");
     let read = |i: usize| {
         reports[i]["runs"][0]["device"]["read_bytes"]
             .as_u64()
