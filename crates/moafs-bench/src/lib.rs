@@ -15,6 +15,8 @@ pub mod micro;
 pub mod postmark;
 pub mod procstat;
 pub mod readahead_exp;
+#[cfg(test)]
+mod run_once_tests;
 pub mod sqlite;
 pub mod stats;
 pub mod target;
