@@ -2,7 +2,7 @@
 //! place, the memory cgroup, and the background job's bytes at the device.
 
 use super::*;
-use crate::hygiene::{Background, BackgroundJob, BackgroundPlan, CacheState, Hygiene};
+use crate::hygiene::{BackgroundJob, BackgroundPlan, CacheState, Hygiene};
 use crate::target::{DirTarget, Fh, Mode, Target};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,13 +17,16 @@ fn is_root() -> bool {
 struct Recording {
     inner: DirTarget,
     root: PathBuf,
-    log: Arc<Mutex<Vec<String>>>,
-    pollution_at_setup: Arc<Mutex<Option<u64>>>,
+    log: Log,
+    pollution_at_setup: Seen,
     fail_mkdir: bool,
 }
 
+type Log = Arc<Mutex<Vec<String>>>;
+type Seen = Arc<Mutex<Option<u64>>>;
+
 impl Recording {
-    fn new(root: &Path) -> (Recording, Arc<Mutex<Vec<String>>>, Arc<Mutex<Option<u64>>>) {
+    fn new(root: &Path) -> (Recording, Log, Seen) {
         let log = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::new(Mutex::new(None));
         (
