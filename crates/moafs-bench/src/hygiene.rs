@@ -255,10 +255,9 @@ pub fn free_bytes(dir: &std::path::Path) -> io::Result<u64> {
     Ok(s.blocks_available() as u64 * s.fragment_size() as u64)
 }
 
-/// Bytes written to the block device a kernel file system at `dir` is mounted from
-/// (`/sys/class/block/DEV/stat`, found through `/proc/self/mountinfo`); `None` for FUSE
-/// and other mounts without a block device.
-pub fn block_device_written(dir: &std::path::Path) -> Option<u64> {
+/// The block device (`NAME` of `/dev/NAME`) the file system holding `dir` is mounted from,
+/// through `/proc/self/mountinfo`; `None` for FUSE and other mounts without one.
+pub fn mount_device(dir: &std::path::Path) -> Option<String> {
     let dir = dir.canonicalize().ok()?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     // the longest mount point containing `dir`
@@ -268,14 +267,41 @@ pub fn block_device_written(dir: &std::path::Path) -> Option<u64> {
             let (left, right) = l.split_once(" - ")?;
             let mnt = left.split(' ').nth(4)?.replace("\\040", " ");
             let source = right.split(' ').nth(1)?;
-            dir.starts_with(&mnt)
-                .then(|| (mnt.len(), source.to_string()))
+            dir.starts_with(&mnt).then(|| (mnt.len(), source.to_string()))
         })
         .max_by_key(|(len, _)| *len)?;
-    let name = source.strip_prefix("/dev/")?;
+    let name = source.strip_prefix("/dev/")?.to_string();
+    std::path::Path::new(&format!("/sys/class/block/{name}"))
+        .exists()
+        .then_some(name)
+}
+
+/// Bytes written to the block device a kernel file system at `dir` is mounted from
+/// (`/sys/class/block/DEV/stat`); `None` for FUSE and other mounts without a block device.
+pub fn block_device_written(dir: &std::path::Path) -> Option<u64> {
+    let name = mount_device(dir)?;
     let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).ok()?;
     let sectors: u64 = stat.split_whitespace().nth(6)?.parse().ok()?;
     Some(sectors * 512)
+}
+
+/// Switches the loop device under `dir` to direct I/O on its backing file (`losetup
+/// --direct-io=on`). Under a memory limit this matters: the loop device otherwise reads and
+/// writes its image through the page cache of the image file, charged to no limited cgroup
+/// (the loop worker's), which would serve every page the limit evicted from memory — a
+/// second, unlimited cache. Returns whether direct I/O is on now (`false` where the backing
+/// file system refuses it, e.g. tmpfs, whose pages are the storage itself), `None` when `dir`
+/// is not on a loop device (FUSE: moafs opens its image `O_DIRECT` itself, but in tmpfs).
+pub fn loop_direct_io(dir: &std::path::Path) -> Option<bool> {
+    let name = mount_device(dir).filter(|n| n.starts_with("loop"))?;
+    let _ = std::process::Command::new("losetup")
+        .args(["--direct-io=on", &format!("/dev/{name}")])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    let dio = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).ok()?;
+    Some(dio.trim() == "1")
 }
 
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.

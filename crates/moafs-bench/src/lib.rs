@@ -121,6 +121,9 @@ pub struct Run {
     pub pollution_bytes: Option<u64>,
     /// The hard memory limit the run (pollution runs included) was under, bytes.
     pub memory_limit: Option<u64>,
+    /// Under a memory limit, whether the loop device of a kernel file system was switched to
+    /// direct I/O on its image (None: not on a loop device).
+    pub loop_direct_io: Option<bool>,
     /// The memory cgroup's view of the run: limit, peak usage (page cache included), and
     /// how often usage hit the limit.
     pub memory: Option<cgroup::MemoryUse>,
@@ -189,6 +192,11 @@ fn run_once(
              kernel's cache), not the in-process engine",
         ));
     }
+    // Under a memory limit the image must not be cached beside it (see loop_direct_io)
+    let loop_direct_io = match (&dir, hygiene.memory_limit) {
+        (Some(d), Some(_)) => hygiene::loop_direct_io(d),
+        _ => None,
+    };
     // The target (and a FUSE daemon) exists already: the daemon stays outside the cgroup.
     let mut cg = match hygiene.memory_limit {
         Some(limit) => {
@@ -304,6 +312,7 @@ fn run_once(
             measured_device_write_bytes,
             pollution_bytes,
             memory_limit: hygiene.memory_limit,
+            loop_direct_io,
             memory,
             other_disk_bytes_before: other,
         },
