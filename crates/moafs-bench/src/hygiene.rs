@@ -267,7 +267,8 @@ pub fn mount_device(dir: &std::path::Path) -> Option<String> {
             let (left, right) = l.split_once(" - ")?;
             let mnt = left.split(' ').nth(4)?.replace("\\040", " ");
             let source = right.split(' ').nth(1)?;
-            dir.starts_with(&mnt).then(|| (mnt.len(), source.to_string()))
+            dir.starts_with(&mnt)
+                .then(|| (mnt.len(), source.to_string()))
         })
         .max_by_key(|(len, _)| *len)?;
     let name = source.strip_prefix("/dev/")?.to_string();

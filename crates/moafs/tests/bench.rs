@@ -269,7 +269,14 @@ fn a_memory_limit_is_recorded_per_run_and_its_cgroup_removed_also_on_ctrl_c() {
     let json = backing.path().join("m.json");
     let out = Command::new(BIN)
         .args(["bench", "--target", "ext4", "--size", "512M", "--reps", "1"])
-        .args(["--workload", "varmail", "--scale", "0.1", "--duration", "0.5"])
+        .args([
+            "--workload",
+            "varmail",
+            "--scale",
+            "0.1",
+            "--duration",
+            "0.5",
+        ])
         .args(["--cache", "dropped,polluted", "--memory-limit", "1G"])
         .arg("--backing")
         .arg(backing.path())
