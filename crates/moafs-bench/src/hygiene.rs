@@ -11,11 +11,19 @@ pub enum CacheState {
     /// Scenario B: a fresh target per run (fresh mount, fresh engine, fresh directory) and
     /// nothing else.
     Fresh,
-    /// Scenario A: additionally `sync` and drop the kernel's page, dentry and inode caches
-    /// (and moafs's own block cache) after the workload's setup (root).
+    /// Scenario A: right after the fresh mount, before the workload starts (before its
+    /// setup), `sync` and drop the kernel's page, dentry and inode caches and moafs's own
+    /// block cache (root). The workload then builds its file set and runs, as Filebench did
+    /// in the paper.
     Dropped,
-    /// Scenario C: the same workload runs four times first on the same target, each in a
-    /// scratch directory removed afterwards, so the cache is full of unrelated pages.
+    /// Not one of the paper's scenarios: the same drop after the workload's setup, right
+    /// before the measured phase, so that the measured phase reads what the setup wrote
+    /// from the device (cold reads: `micro-dir-read`).
+    DroppedAfterSetup,
+    /// Scenario C: the same workload runs four times first on the same target, each in its
+    /// own directory; their files stay until the measured run is over, so the page cache
+    /// (under a memory limit: all of it) holds their pages, unrelated to the measured run,
+    /// which has to displace them.
     Polluted,
 }
 
@@ -24,28 +32,31 @@ impl CacheState {
         Some(match s {
             "fresh" | "B" => CacheState::Fresh,
             "dropped" | "A" => CacheState::Dropped,
+            "dropped-after-setup" | "cold" => CacheState::DroppedAfterSetup,
             "polluted" | "C" => CacheState::Polluted,
             _ => return None,
         })
     }
 
-    /// Paper 002's letter.
+    /// Paper 002's letter (`cold` for the drop after setup, not a scenario of the paper).
     pub fn letter(self) -> &'static str {
         match self {
             CacheState::Dropped => "A",
             CacheState::Fresh => "B",
             CacheState::Polluted => "C",
+            CacheState::DroppedAfterSetup => "cold",
         }
     }
 }
 
 /// A job that writes beside the measured run (paper 002 §4.2–4.3: fio creating 100 KB files
-/// during Filebench, without or with fsync).
+/// continuously during Filebench, without or with fsync).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Background {
     None,
-    /// 100 KB files, one write each, no fsync.
+    /// 100 KB files, one write each, no fsync; write-back started by the job once a file
+    /// is `writeback_lag` bytes old (see [`BackgroundPlan`]).
     Write,
     /// The same with an fsync after each file.
     WriteFsync,
@@ -77,6 +88,9 @@ pub struct Hygiene {
     /// Watch real disks for this long before each run and record what others moved.
     pub watch: Option<Duration>,
     pub background: Background,
+    /// Run the workload (pollution runs included) in a cgroup with this hard memory limit,
+    /// bytes (root; see [`crate::cgroup`]).
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for Hygiene {
@@ -85,47 +99,123 @@ impl Default for Hygiene {
             cache: CacheState::Fresh,
             watch: None,
             background: Background::None,
+            memory_limit: None,
         }
     }
 }
 
 /// Size of a background file (paper 002: 100 KB).
 pub const BACKGROUND_FILE: usize = 100 * 1000;
-/// Background files kept at once (the oldest is removed): at most 25.6 MB.
-const BACKGROUND_KEEP: u64 = 256;
+/// The memory of paper 002's machine: without a memory limit, the write-back lag of the
+/// background job is computed as if the machine had this much.
+pub const PAPER_MEMORY: u64 = 4 << 30;
+
+/// How the background job writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BackgroundPlan {
+    /// fsync after each file.
+    pub fsync: bool,
+    /// Bytes of files kept at once; beyond it the oldest file is deleted (rotation).
+    pub budget: u64,
+    /// Without fsync: a file's write-back is started (asynchronously, no device flush) once
+    /// this many bytes were written after it, as the kernel's flusher does once dirty pages
+    /// pass `dirty_background_ratio` of memory.
+    pub writeback_lag: u64,
+}
+
+impl BackgroundPlan {
+    /// The plan for a target with `free` bytes free, under `memory_limit` (if any): files
+    /// kept up to a quarter of the free space (at least 8 MiB, at most 2 GiB); write-back
+    /// lag `vm.dirty_background_ratio` (10 %) of the memory limit, or of paper 002's 4 GB
+    /// machine without one, and never more than half the budget (so that every file but the
+    /// newest reaches the device before it is rotated away).
+    pub fn new(fsync: bool, free: u64, memory_limit: Option<u64>) -> BackgroundPlan {
+        let budget = (free / 4).clamp(8 << 20, 2 << 30);
+        let ratio = std::fs::read_to_string("/proc/sys/vm/dirty_background_ratio")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .filter(|&r| r > 0)
+            .unwrap_or(10);
+        let lag = (memory_limit.unwrap_or(PAPER_MEMORY) / 100 * ratio).min(budget / 2);
+        BackgroundPlan {
+            fsync,
+            budget,
+            writeback_lag: lag.max(BACKGROUND_FILE as u64),
+        }
+    }
+}
+
+/// What a background job did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackgroundDone {
+    pub files: u64,
+    pub bytes: u64,
+    /// Bytes whose write-back the job started (`write`) or waited for (`fsync`).
+    pub bytes_written_back: u64,
+}
 
 /// A running background writer; [`BackgroundJob::stop`] ends it.
 pub struct BackgroundJob {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    handle: Option<std::thread::JoinHandle<io::Result<u64>>>,
+    handle: Option<std::thread::JoinHandle<io::Result<BackgroundDone>>>,
     dir: std::path::PathBuf,
+}
+
+/// Starts the write-back of a file's dirty pages without waiting and without a device flush:
+/// `posix_fadvise(DONTNEED)` runs the kernel's `filemap_fdatawrite_range(WB_SYNC_NONE)` (as
+/// the flusher does) and drops only pages that are already clean.
+fn start_writeback(f: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    nix::fcntl::posix_fadvise(
+        f.as_raw_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+    )
+    .map_err(io::Error::from)
 }
 
 impl BackgroundJob {
     /// Starts writing 100 KB files into `dir` (made now, removed by `stop`).
-    pub fn start(dir: &std::path::Path, fsync: bool) -> io::Result<BackgroundJob> {
+    pub fn start(dir: &std::path::Path, plan: BackgroundPlan) -> io::Result<BackgroundJob> {
         use std::io::Write;
         use std::sync::atomic::Ordering;
         std::fs::create_dir(dir)?;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (flag, at) = (stop.clone(), dir.to_path_buf());
+        let file = BACKGROUND_FILE as u64;
+        let keep = (plan.budget / file).max(2);
+        let lag = plan.writeback_lag.div_ceil(file).max(1);
         let handle = std::thread::Builder::new()
             .name("moafs-bench-bg".into())
-            .spawn(move || -> io::Result<u64> {
+            .spawn(move || -> io::Result<BackgroundDone> {
                 let data = vec![0x5au8; BACKGROUND_FILE];
-                let mut n = 0u64;
+                let mut done = BackgroundDone::default();
+                // files written and not yet handed to write-back, oldest first
+                let mut pending = std::collections::VecDeque::new();
                 while !flag.load(Ordering::Relaxed) {
+                    let n = done.files;
                     let mut f = std::fs::File::create(at.join(format!("bg{n}")))?;
                     f.write_all(&data)?;
-                    if fsync {
+                    done.files += 1;
+                    done.bytes += file;
+                    if plan.fsync {
                         f.sync_all()?;
+                        done.bytes_written_back += file;
+                    } else {
+                        pending.push_back(f);
+                        while pending.len() as u64 > lag {
+                            if let Some(old) = pending.pop_front() {
+                                start_writeback(&old)?;
+                                done.bytes_written_back += file;
+                            }
+                        }
                     }
-                    if n >= BACKGROUND_KEEP {
-                        std::fs::remove_file(at.join(format!("bg{}", n - BACKGROUND_KEEP)))?;
+                    if n + 1 > keep {
+                        std::fs::remove_file(at.join(format!("bg{}", n - keep)))?;
                     }
-                    n += 1;
                 }
-                Ok(n)
+                Ok(done)
             })?;
         Ok(BackgroundJob {
             stop,
@@ -134,18 +224,18 @@ impl BackgroundJob {
         })
     }
 
-    /// Stops the writer, removes its files, and returns how many it wrote.
-    pub fn stop(mut self) -> io::Result<u64> {
+    /// Stops the writer, removes its files, and returns what it wrote.
+    pub fn stop(mut self) -> io::Result<BackgroundDone> {
         self.halt()
     }
 
-    fn halt(&mut self) -> io::Result<u64> {
+    fn halt(&mut self) -> io::Result<BackgroundDone> {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let n = match self.handle.take() {
             Some(h) => h
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("background writer panicked"))),
-            None => Ok(0),
+            None => Ok(BackgroundDone::default()),
         };
         let removed = std::fs::remove_dir_all(&self.dir);
         let n = n?;
@@ -157,6 +247,62 @@ impl Drop for BackgroundJob {
     fn drop(&mut self) {
         let _ = self.halt();
     }
+}
+
+/// Free bytes of the file system holding `dir` (`statvfs`).
+pub fn free_bytes(dir: &std::path::Path) -> io::Result<u64> {
+    let s = nix::sys::statvfs::statvfs(dir).map_err(io::Error::from)?;
+    Ok(s.blocks_available() as u64 * s.fragment_size() as u64)
+}
+
+/// The block device (`NAME` of `/dev/NAME`) the file system holding `dir` is mounted from,
+/// through `/proc/self/mountinfo`; `None` for FUSE and other mounts without one.
+pub fn mount_device(dir: &std::path::Path) -> Option<String> {
+    let dir = dir.canonicalize().ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // the longest mount point containing `dir`
+    let (_, source) = info
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mnt = left.split(' ').nth(4)?.replace("\\040", " ");
+            let source = right.split(' ').nth(1)?;
+            dir.starts_with(&mnt)
+                .then(|| (mnt.len(), source.to_string()))
+        })
+        .max_by_key(|(len, _)| *len)?;
+    let name = source.strip_prefix("/dev/")?.to_string();
+    std::path::Path::new(&format!("/sys/class/block/{name}"))
+        .exists()
+        .then_some(name)
+}
+
+/// Bytes written to the block device a kernel file system at `dir` is mounted from
+/// (`/sys/class/block/DEV/stat`); `None` for FUSE and other mounts without a block device.
+pub fn block_device_written(dir: &std::path::Path) -> Option<u64> {
+    let name = mount_device(dir)?;
+    let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).ok()?;
+    let sectors: u64 = stat.split_whitespace().nth(6)?.parse().ok()?;
+    Some(sectors * 512)
+}
+
+/// Switches the loop device under `dir` to direct I/O on its backing file (`losetup
+/// --direct-io=on`). Under a memory limit this matters: the loop device otherwise reads and
+/// writes its image through the page cache of the image file, charged to no limited cgroup
+/// (the loop worker's), which would serve every page the limit evicted from memory — a
+/// second, unlimited cache. Returns whether direct I/O is on now (`false` where the backing
+/// file system refuses it, e.g. tmpfs, whose pages are the storage itself), `None` when `dir`
+/// is not on a loop device (FUSE: moafs opens its image `O_DIRECT` itself, but in tmpfs).
+pub fn loop_direct_io(dir: &std::path::Path) -> Option<bool> {
+    let name = mount_device(dir).filter(|n| n.starts_with("loop"))?;
+    let _ = std::process::Command::new("losetup")
+        .args(["--direct-io=on", &format!("/dev/{name}")])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    let dio = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).ok()?;
+    Some(dio.trim() == "1")
 }
 
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.

@@ -4,6 +4,7 @@
 
 pub mod aging;
 pub mod bytelog_exp;
+pub mod cgroup;
 pub mod cowrite_exp;
 pub mod env;
 pub mod filebench;
@@ -15,6 +16,8 @@ pub mod micro;
 pub mod postmark;
 pub mod procstat;
 pub mod readahead_exp;
+#[cfg(test)]
+mod run_once_tests;
 pub mod sqlite;
 pub mod stats;
 pub mod target;
@@ -109,9 +112,27 @@ pub struct Run {
     pub device_bytes_written_per_op: Option<f64>,
     /// The cache state the run started from.
     pub cache: hygiene::CacheState,
-    /// The job that wrote beside the measured phase, and how many 100 KB files it wrote.
+    /// The job that wrote beside the measured phase, how many 100 KB files and bytes it
+    /// wrote, how many of those bytes it sent to write-back (started or fsynced), and its
+    /// plan (budget, write-back lag).
     pub background: hygiene::Background,
     pub background_files: Option<u64>,
+    pub background_bytes: Option<u64>,
+    pub background_bytes_written_back: Option<u64>,
+    pub background_plan: Option<hygiene::BackgroundPlan>,
+    /// Bytes written to the target's block device during the measured phase (kernel file
+    /// systems on a block device; None for FUSE and directories).
+    pub measured_device_write_bytes: Option<u64>,
+    /// Scenario C: bytes of the pollution runs' files present through the measured run.
+    pub pollution_bytes: Option<u64>,
+    /// The hard memory limit the run (pollution runs included) was under, bytes.
+    pub memory_limit: Option<u64>,
+    /// Under a memory limit, whether the loop device of a kernel file system was switched to
+    /// direct I/O on its image (None: not on a loop device).
+    pub loop_direct_io: Option<bool>,
+    /// The memory cgroup's view of the run: limit, peak usage (page cache included), and
+    /// how often usage hit the limit.
+    pub memory: Option<cgroup::MemoryUse>,
     /// Bytes other processes moved on real disks just before the run (when watched).
     pub other_disk_bytes_before: Option<u64>,
     /// The workload's seed in this repetition (every target of a repetition runs the same).
@@ -202,59 +223,117 @@ pub fn latency_over_runs<'a>(
         .collect()
 }
 
+/// Bytes of the regular files under `dir` (not following links).
+fn tree_bytes(dir: &std::path::Path) -> io::Result<u64> {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            n += tree_bytes(&e.path())?;
+        } else if ft.is_file() {
+            n += e.metadata()?.len();
+        }
+    }
+    Ok(n)
+}
+
 /// Runs one repetition on a fresh target and measures it.
+///
+/// Order: (memory limit: the process enters its cgroup) → scenario A: `sync`, drop the
+/// kernel's caches and the file system's own, right after the fresh mount → scenario C: four
+/// pollution runs, their files kept → the workload's setup → (drop after setup) → background
+/// job starts, measured phase → job stops → pollution files removed → the process leaves the
+/// cgroup → the target is taken down.
 fn run_once(
     rep: usize,
     spec: &Spec,
     hygiene: &hygiene::Hygiene,
     mut t: Box<dyn target::Target>,
 ) -> io::Result<(String, Run)> {
-    use hygiene::{Background, BackgroundJob, CacheState};
+    use hygiene::{Background, BackgroundJob, BackgroundPlan, CacheState};
     use std::cell::RefCell;
     let name = t.name();
-    let needs_dir = hygiene.cache == CacheState::Polluted || hygiene.background != Background::None;
+    let needs_dir = hygiene.cache == CacheState::Polluted
+        || hygiene.background != Background::None
+        || hygiene.memory_limit.is_some();
     let dir = t.dir().map(std::path::Path::to_path_buf);
     if needs_dir && dir.is_none() {
         return Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "scenario C and background I/O need a mounted target (the kernel's cache), not the \
-             in-process engine",
+            "scenario C, background I/O and a memory limit need a mounted target (the \
+             kernel's cache), not the in-process engine",
         ));
     }
-    if hygiene.cache == CacheState::Polluted {
-        // Scenario C: four unrelated runs of the same workload first, each in a scratch
-        // directory removed afterwards (their pages stay in the cache, their files do not).
-        if let Some(dir) = &dir {
-            for k in 0..4 {
-                let scratch = target::DirTarget::scratch(dir, &format!("pollute-{k}"))?;
-                spec.run(&scratch, &|| Ok(()))?;
-            }
+    // Under a memory limit the image must not be cached beside it (see loop_direct_io)
+    let loop_direct_io = match (&dir, hygiene.memory_limit) {
+        (Some(d), Some(_)) => hygiene::loop_direct_io(d),
+        _ => None,
+    };
+    // The target (and a FUSE daemon) exists already: the daemon stays outside the cgroup.
+    let mut cg = match hygiene.memory_limit {
+        Some(limit) => {
+            let mut cg = cgroup::MemoryCgroup::create(limit)?;
+            cg.enter()?;
+            Some(cg)
         }
+        None => None,
+    };
+    let drop_all = |t: &dyn target::Target| -> io::Result<()> {
+        t.sync()?;
+        // the kernel first: its FORGETs let moafs drop idle inodes too
+        hygiene::drop_caches()?;
+        t.drop_own_cache()
+    };
+    if hygiene.cache == CacheState::Dropped {
+        // Scenario A: right after the (fresh) mount, before the workload builds anything
+        drop_all(t.as_ref())?;
+    }
+    // Scenario C: four unrelated runs of the same workload first, each in its own
+    // directory; their files (and so their cached, possibly dirty, pages) stay until the
+    // measured run is over.
+    let mut pollution = Vec::new();
+    let mut pollution_bytes = None;
+    if let (CacheState::Polluted, Some(dir)) = (hygiene.cache, &dir) {
+        for k in 0..4 {
+            let scratch = target::DirTarget::scratch(dir, &format!("pollute-{k}"))?;
+            spec.run(&scratch, &|| Ok(()))?;
+            pollution.push(scratch);
+        }
+        let mut n = 0;
+        for k in 0..4 {
+            n += tree_bytes(&dir.join(format!("pollute-{k}")))?;
+        }
+        pollution_bytes = Some(n);
     }
     let other = hygiene.watch.map(hygiene::other_disk_activity);
-    let dropped = hygiene.cache == CacheState::Dropped;
-    let job: RefCell<Option<BackgroundJob>> = RefCell::new(None);
-    // CPU is counted from the measured phase's start (after the drop, before the job)
+    let job: RefCell<Option<(BackgroundJob, BackgroundPlan)>> = RefCell::new(None);
+    let device_at_start = RefCell::new(None);
+    // CPU is counted from the measured phase's start (after the setup, before the job)
     let before = RefCell::new(procstat::before(t.daemon_pid()));
     let cache_before = RefCell::new(env::MemInfo::now());
     let start_background = || -> io::Result<()> {
         if let (Some(dir), true) = (&dir, hygiene.background != Background::None) {
-            let fsync = hygiene.background == Background::WriteFsync;
-            *job.borrow_mut() = Some(BackgroundJob::start(&dir.join("background-io"), fsync)?);
+            let plan = BackgroundPlan::new(
+                hygiene.background == Background::WriteFsync,
+                hygiene::free_bytes(dir)?,
+                hygiene.memory_limit,
+            );
+            let j = BackgroundJob::start(&dir.join("background-io"), plan)?;
+            *job.borrow_mut() = Some((j, plan));
         }
         Ok(())
     };
-    // Scenario A: caches dropped after the workload's setup, right before what is measured;
-    // a background job starts there too. PostMark measures all its phases: both come first.
+    // Right before what is measured: the drop after setup (not a paper scenario), the CPU
+    // and device counters, the background job. PostMark measures all its phases: all of it
+    // comes first.
     let between = || {
-        if dropped {
-            t.sync()?;
-            // the kernel first: its FORGETs let moafs drop idle inodes too
-            hygiene::drop_caches()?;
-            t.drop_own_cache()?;
+        if hygiene.cache == CacheState::DroppedAfterSetup {
+            drop_all(t.as_ref())?;
         }
         *before.borrow_mut() = procstat::before(t.daemon_pid());
         *cache_before.borrow_mut() = env::MemInfo::now();
+        *device_at_start.borrow_mut() = dir.as_deref().and_then(hygiene::block_device_written);
         start_background()
     };
     let outcome = if matches!(spec, Spec::Postmark(_)) {
@@ -264,12 +343,24 @@ fn run_once(
         spec.run(t.as_ref(), &between)
     };
     let cost = procstat::after(&before.borrow());
-    let background_files = match job.into_inner() {
-        Some(j) => Some(j.stop()?),
+    let background = match job.into_inner() {
+        Some((j, plan)) => Some((j.stop()?, plan)),
         None => None,
+    };
+    let measured_device_write_bytes = match (
+        device_at_start.into_inner(),
+        dir.as_deref().and_then(hygiene::block_device_written),
+    ) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
     };
     let outcome = outcome?;
     let mount_options = t.mount_options();
+    drop(pollution);
+    let memory = cg.as_ref().map(cgroup::MemoryCgroup::memory_use);
+    if let Some(cg) = cg.take() {
+        cg.remove()?;
+    }
     let device = t.finish()?;
     let engine = t.counters();
     let ops = outcome.operations();
@@ -290,7 +381,15 @@ fn run_once(
             cost,
             cache: hygiene.cache,
             background: hygiene.background,
-            background_files,
+            background_files: background.map(|(d, _)| d.files),
+            background_bytes: background.map(|(d, _)| d.bytes),
+            background_bytes_written_back: background.map(|(d, _)| d.bytes_written_back),
+            background_plan: background.map(|(_, p)| p),
+            measured_device_write_bytes,
+            pollution_bytes,
+            memory_limit: hygiene.memory_limit,
+            loop_direct_io,
+            memory,
             other_disk_bytes_before: other,
             seed: spec.seed(),
             cache_before: cache_before.into_inner(),

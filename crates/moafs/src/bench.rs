@@ -47,9 +47,11 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) html: Option<PathBuf>,
     /// Cache state before each run (paper 002): `fresh` (B: a new target per run), `dropped`
-    /// (A: also sync and drop the kernel's and moafs's caches after the workload's setup;
-    /// root) or `polluted` (C: four unrelated runs of the workload first). Several,
-    /// comma-separated: each is a column of the comparison.
+    /// (A: also sync and drop the kernel's and moafs's caches right after the mount, before
+    /// the workload; root), `polluted` (C: four unrelated runs of the workload first, their
+    /// files kept until the measured run is over) or `cold` (not a paper scenario: the drop
+    /// after the workload's setup, before its measured phase). Several, comma-separated:
+    /// each is a column of the comparison.
     #[arg(long, default_value = "fresh")]
     pub(crate) cache: String,
     /// A job writing 100 KB files beside the measured phase (paper 002): `none`, `write`, or
@@ -60,6 +62,11 @@ pub(crate) struct BenchArgs {
     /// else moved data (0: do not watch).
     #[arg(long, default_value_t = 300)]
     pub(crate) watch_ms: u64,
+    /// Run each workload (scenario C's pollution runs included) in a memory cgroup with this
+    /// hard limit (e.g. 2G; root; mounted targets): the page cache of its files counts
+    /// against it, FUSE daemons stay outside. Paper 002's machine had 4 GB.
+    #[arg(long)]
+    pub(crate) memory_limit: Option<String>,
 }
 
 pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
@@ -150,6 +157,10 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let watch = (a.watch_ms > 0).then(|| std::time::Duration::from_millis(a.watch_ms));
+    let memory_limit = match &a.memory_limit {
+        Some(m) => Some(moafs_core::parse_size(m)?),
+        None => None,
+    };
     use moafs_bench::managed::{Kind, Managed, ManagedOptions};
     /// One target of the comma-separated list.
     enum Spec {
@@ -202,11 +213,12 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     }
     let has_engine = specs.iter().any(|s| matches!(s, Spec::Engine(_)));
     let needs_kernel = caches.contains(&CacheState::Polluted)
-        || backgrounds.iter().any(|&b| b != Background::None);
+        || backgrounds.iter().any(|&b| b != Background::None)
+        || memory_limit.is_some();
     if has_engine && needs_kernel {
         return Err(
-            "--cache polluted and --background need mounted targets (the kernel's \
-                    cache), not the in-process engine"
+            "--cache polluted, --background and --memory-limit need mounted targets (the \
+                    kernel's cache), not the in-process engine"
                 .to_string(),
         );
     }
@@ -222,6 +234,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                         cache,
                         watch,
                         background,
+                        memory_limit,
                     },
                     label: if tagged {
                         format!(" [{}{}]", cache.letter(), background.label())
@@ -252,6 +265,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     // down on the way out; a second Ctrl-C exits at once.
     let _ = ctrlc::set_handler(|| {
         if moafs_bench::interrupted() {
+            moafs_bench::cgroup::cleanup_active();
             std::process::exit(130);
         }
         eprintln!("moafs bench: interrupted; taking the target down (Ctrl-C again to quit now)");
@@ -355,6 +369,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         "seed": a.seed,
         "cache": a.cache,
         "background": a.background,
+        "memory_limit": memory_limit,
         "results": results,
     });
     if let Some(path) = &a.json {

@@ -85,6 +85,8 @@ fn bench_lists_and_refuses_bad_input() {
         vec!["bench", "--cache", "polluted"],
         vec!["bench", "--background", "fsync"],
         vec!["bench", "--background", "nope"],
+        vec!["bench", "--memory-limit", "1G"],
+        vec!["bench", "--memory-limit", "lots"],
         vec![
             "bench",
             "--target",
@@ -251,6 +253,83 @@ fn a_failing_or_interrupted_run_still_takes_the_target_down() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+}
+
+/// Memory cgroups `moafs bench` process `pid` made (under its cgroup, which is ours).
+fn cgroups_of(pid: u32) -> Vec<String> {
+    let Ok(place) = moafs_bench::cgroup::here() else {
+        return Vec::new();
+    };
+    let prefix = format!("moafs-bench-{pid}-");
+    std::fs::read_dir(place.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+#[test]
+fn a_memory_limit_is_recorded_per_run_and_its_cgroup_removed_also_on_ctrl_c() {
+    if !is_root() || !have("losetup") || moafs_bench::cgroup::here().is_err() {
+        return; // managed targets and cgroups need root and a memory controller
+    }
+    let backing = tempfile::tempdir_in("/dev/shm").unwrap();
+    let json = backing.path().join("m.json");
+    let out = Command::new(BIN)
+        .args(["bench", "--target", "ext4", "--size", "512M", "--reps", "1"])
+        .args([
+            "--workload",
+            "varmail",
+            "--scale",
+            "0.1",
+            "--duration",
+            "0.5",
+        ])
+        .args(["--cache", "dropped,polluted", "--memory-limit", "1G"])
+        .arg("--backing")
+        .arg(backing.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["memory_limit"], 1u64 << 30);
+    for r in v["results"][0]["reports"].as_array().unwrap() {
+        for run in r["runs"].as_array().unwrap() {
+            assert_eq!(run["memory_limit"], 1u64 << 30, "{run}");
+            assert_eq!(run["memory"]["limit"], 1u64 << 30, "{run}");
+            assert!(run["memory"]["peak"].as_u64().unwrap() > 0, "{run}");
+            assert!(run["loop_direct_io"].is_boolean(), "{run}");
+        }
+    }
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+    // interrupted inside the cgroup
+    let child = Command::new(BIN)
+        .args(["bench", "--target", "ext4", "--size", "1G", "--reps", "1"])
+        .args(["--workload", "postmark-fsl", "--memory-limit", "1G"])
+        .arg("--backing")
+        .arg(backing.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    assert_eq!(cgroups_of(pid).len(), 1, "the run is in its cgroup");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(cgroups_of(pid), Vec::<String>::new());
     assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }
 
@@ -506,7 +585,7 @@ fn scenarios_and_background_jobs_are_columns_of_one_run() {
 }
 
 #[test]
-fn scenario_a_on_moafs_drops_its_own_cache_too() {
+fn a_drop_after_setup_on_moafs_drops_its_own_cache_too() {
     if !is_root() || !have("fusermount3") {
         return; // managed moafs and drop_caches need root
     }
@@ -528,11 +607,12 @@ fn scenario_a_on_moafs_drops_its_own_cache_too() {
             "--backing",
             backing.path().to_str().unwrap(),
             "--cache",
-            "fresh,dropped",
+            "fresh,cold",
         ],
         &json,
     );
     let reports = v["results"][0]["reports"].as_array().unwrap();
+    assert_eq!(reports[1]["runs"][0]["cache"], "dropped_after_setup");
     let read = |i: usize| {
         reports[i]["runs"][0]["device"]["read_bytes"]
             .as_u64()
