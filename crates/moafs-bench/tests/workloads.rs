@@ -98,10 +98,16 @@ fn filebench_personalities_do_their_flowops_in_proportion() {
             "{name}: {} of {n}",
             r.preallocated
         );
-        // varmail fsyncs after every append: each one is a commit of the engine
+        // varmail fsyncs after every append: each one is a commit of the engine, but for the
+        // rare fsync after an append of 0 bytes (appends are uniform in [0, 16 KiB): about
+        // one in 16,384), which finds nothing to commit
         if name == "varmail" {
             let commits = t.counters().unwrap()["commits"].as_u64().unwrap();
-            assert!(commits >= get(c, "fsync"), "{commits} commits, {c:?}");
+            let fsyncs = get(c, "fsync");
+            assert!(
+                commits + fsyncs / 1000 >= fsyncs,
+                "{commits} commits, {c:?}"
+            );
         }
     }
 }
