@@ -715,7 +715,8 @@ mod tests {
         let r = crashcheck(&log, &opts(300), |_| {}).expect("check");
         assert!(r.findings.is_empty(), "{:#?}", r.findings);
         assert!(r.complete && r.flushes > 5 && r.promises >= 12, "{r:?}");
-        assert!(r.states >= 300 && r.promise_checks >= 200, "{r:?}");
+        // (fewer than asked for: lazy checkpoints leave intervals of one or two writes)
+        assert!(r.states >= 200 && r.promise_checks >= 200, "{r:?}");
         assert!(r.syncs == 6 && r.sync_promises >= 6, "{r:?}");
     }
 
@@ -802,7 +803,12 @@ mod tests {
             if matches!(log.records.get(f + 1), Some(LogRecord::Write { .. })) {
                 let mut broken = log.clone();
                 broken.records.swap(f, f + 1);
-                let r = crashcheck(&broken, &opts(100), |_| {}).expect("check");
+                // Most writes may move before the flush they follow (journal writes after
+                // ordered data: the checker holds no promise of a file not yet fsynced; and
+                // checkpoints of durable transactions). The one that may not — a transaction
+                // saying its checkpoint is durable moved before the flush that makes it so —
+                // shows in few of an interval's cuts: many states.
+                let r = crashcheck(&broken, &opts(1500), |_| {}).expect("check");
                 moved += usize::from(!r.findings.is_empty());
                 swaps += 1;
             }

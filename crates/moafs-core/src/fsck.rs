@@ -1153,6 +1153,12 @@ pub struct InspectReport {
     pub free_inodes: u64,
     pub total_inodes: u64,
     pub data_blocks: u64,
+    /// Transactions a mount would replay (not clean, with a journal): the report shows the
+    /// image as that replay leaves it (lazy checkpoints keep the newest metadata in the
+    /// journal); `journal_error` when the journal cannot be read or replayed (the report then
+    /// shows the blocks at home).
+    pub journal_replay: Option<usize>,
+    pub journal_error: Option<String>,
     /// The byte log, if the image has one.
     pub bytelog: Option<ByteLogInfo>,
     pub groups: Vec<GroupInfo>,
@@ -1201,6 +1207,20 @@ pub fn inspect_with(
     dev: &dyn BlockDevice,
     tier: Option<&dyn crate::device::Nvm>,
 ) -> FsResult<InspectReport> {
+    let home = read_superblock(dev)?;
+    let (mut journal_replay, mut journal_error) = (None, None);
+    let mut blocks = std::collections::BTreeMap::new();
+    if home.state != STATE_CLEAN && home.has_journal() {
+        match crate::fs::journal::plan_journal_replay(dev, &home) {
+            Ok(r) => {
+                journal_replay = Some(r.transactions);
+                blocks = r.blocks;
+            }
+            Err(e) => journal_error = Some(e.to_string()),
+        }
+    }
+    let view = crate::device::OverlayDevice::new(dev, home.block_size, blocks);
+    let dev: &dyn BlockDevice = &view;
     let sb = read_superblock(dev)?;
     let geo = Geometry::from_superblock(&sb);
     let bs = geo.block_size as u64;
@@ -1257,6 +1277,8 @@ pub fn inspect_with(
             .sum(),
         total_inodes: geo.total_inodes(),
         data_blocks: geo.data_blocks(),
+        journal_replay,
+        journal_error,
         bytelog: sb.has_bytelog().then(|| {
             // a clean image has every record home (its floor covers them)
             let live = if sb.state == STATE_CLEAN {

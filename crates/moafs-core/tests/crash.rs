@@ -1272,6 +1272,8 @@ fn run_all(name: &'static str, ops: usize) {
     let (mut homeless, mut voids, mut cleanings) = (0, 0, 0);
     // Co-writing (on by default; not with journal=data): batches, and moved overwrites.
     let (mut batches, mut moved, mut behind, mut overlapped) = (0, 0, 0, 0);
+    // Lazy checkpoints (`checkpoint.rs`): checkpoints run by commits, revoke records.
+    let (mut checkpoints, mut revokes) = (0, 0);
     for mode in [
         JournalMode::Ordered,
         JournalMode::Data,
@@ -1296,6 +1298,8 @@ fn run_all(name: &'static str, ops: usize) {
             homeless += c.bytelog_wb_blocks;
             voids += c.bytelog_voids;
             cleanings += c.bytelog_cleanings;
+            checkpoints += c.checkpoints;
+            revokes += c.revokes;
         }
     }
     eprintln!(
@@ -1311,10 +1315,14 @@ fn run_all(name: &'static str, ops: usize) {
         "crash harness: workload {name}: {homeless} blocks logged by commits (homeless), \
          {voids} void records, {cleanings} cleaning commits"
     );
+    eprintln!(
+        "crash harness: workload {name}: {checkpoints} checkpoints, {revokes} revoke records"
+    );
     if std::env::var("MOAFS_CRASH_ONLY").is_ok() {
         // one mode and seed: the workload's coverage checks below are for whole runs
         return;
     }
+    assert!(checkpoints > 0, "no commit ran a checkpoint");
     if name == "smallupdates" {
         assert!(served > 0, "the byte log served no fsync");
         assert!(tiered > 0, "no batch went to the NVM tier");

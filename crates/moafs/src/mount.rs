@@ -8,7 +8,8 @@ pub(crate) struct MountArgs {
     #[arg(short = 'f')]
     pub(crate) foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
-    /// flush_interval_ms=, cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
+    /// flush_interval_ms=, checkpoint_interval_ms= (how long journaled metadata may wait to
+    /// be written home, default 30000), cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
     /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
     /// bytelog_threshold=SIZE (default 2048), bytelog_writeback=on|off (commits log small
     /// rewrites too, default off), nvm=PATH (an NVM tier for small fsync batches:
@@ -199,6 +200,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                 p.engine.cowrite_max = n;
             }
             "flush_interval_ms" => p.engine.flush_interval_ms = num(k, v)?,
+            "checkpoint_interval_ms" => p.engine.checkpoint_interval_ms = num(k, v)?,
             "journal" => {
                 p.engine.journal = v
                     .ok_or("journal= needs writeback, ordered or data")?

@@ -24,6 +24,10 @@ pub const KIND_COMMIT: u32 = 2;
 pub const TAG_BLOCK: u32 = 0;
 /// Tag kind reserved for byte-log records (two-level logging): not written by this version.
 pub const TAG_BYTES: u32 = 1;
+/// Tag kind: the payload block is a revoke list — `target` little-endian u64 block numbers
+/// from its first byte on, zeros after them. Replay applies no image of a listed block from a
+/// transaction older than this one (the block was freed, or written in place, since).
+pub const TAG_REVOKE: u32 = 2;
 /// Tag flag: the payload's first 4 bytes were the journal magic and are stored as zero.
 pub const TAG_ESCAPED: u32 = 1 << 8;
 /// Bytes of a descriptor's header; tags follow.
@@ -175,32 +179,61 @@ pub fn body_crc(salt: u64, blocks: &[&[u8]]) -> u32 {
     c
 }
 
+/// Block numbers one revoke payload block holds.
+pub fn revokes_per_block(block_size: u32) -> usize {
+    block_size as usize / 8
+}
+
+/// Payload blocks a revoke list of `n` block numbers takes.
+pub fn revoke_blocks(n: usize, block_size: u32) -> usize {
+    n.div_ceil(revokes_per_block(block_size))
+}
+
 /// Encodes a whole transaction: descriptors, payloads, commit, in order. Payloads are the
 /// caller's blocks, borrowed; only one that must be escaped is copied.
-pub fn encode_txn<'a>(
+pub fn encode_txn<'a, B: AsRef<[u8]>>(
     seq: u64,
     checkpointed: u64,
-    writes: &'a [(u64, Vec<u8>)],
+    writes: &'a [(u64, B)],
+    block_size: u32,
+    salt: u64,
+) -> Vec<Cow<'a, [u8]>> {
+    encode_txn_with(seq, checkpointed, writes, &[], block_size, salt)
+}
+
+/// [`encode_txn`] with a revoke list (`TAG_REVOKE` payload blocks after the images).
+pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
+    seq: u64,
+    checkpointed: u64,
+    writes: &'a [(u64, B)],
+    revokes: &[u64],
     block_size: u32,
     salt: u64,
 ) -> Vec<Cow<'a, [u8]>> {
     let per = tags_per_descriptor(block_size);
-    let count = writes.len().div_ceil(per).max(1);
-    let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(txn_blocks(writes.len(), block_size));
-    let mut payloads = Vec::with_capacity(writes.len());
-    let mut tags = Vec::with_capacity(writes.len());
-    for (target, data) in writes {
-        let mut flags = TAG_BLOCK;
-        let mut p = Cow::Borrowed(&data[..]);
-        if data.starts_with(JOURNAL_MAGIC) {
+    let n = writes.len() + revoke_blocks(revokes.len(), block_size);
+    let count = n.div_ceil(per).max(1);
+    let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(txn_blocks(n, block_size));
+    let mut payloads = Vec::with_capacity(n);
+    let mut tags = Vec::with_capacity(n);
+    let mut push = |target: u64, kind: u32, mut p: Cow<'a, [u8]>| {
+        let mut flags = kind;
+        if p.starts_with(JOURNAL_MAGIC) {
             p.to_mut()[0..4].fill(0);
             flags |= TAG_ESCAPED;
         }
-        tags.push(Tag {
-            target: *target,
-            flags,
-        });
+        tags.push(Tag { target, flags });
         payloads.push(p);
+    };
+    for (target, data) in writes {
+        push(*target, TAG_BLOCK, Cow::Borrowed(data.as_ref()));
+    }
+    for list in revokes.chunks(revokes_per_block(block_size)) {
+        let mut b = vec![0u8; block_size as usize];
+        for (i, blk) in list.iter().enumerate() {
+            put_u64(&mut b, i * 8, *blk);
+        }
+        push(list.len() as u64, TAG_REVOKE, Cow::Owned(b));
     }
     for i in 0..count {
         let chunk = tags
@@ -213,7 +246,7 @@ pub fn encode_txn<'a>(
                 checkpointed,
                 index: i as u32,
                 count: count as u32,
-                payload: writes.len() as u32,
+                payload: n as u32,
                 tags: chunk,
             }
             .encode(block_size, salt)
@@ -236,9 +269,45 @@ pub fn encode_txn<'a>(
     out
 }
 
+/// The block numbers of a revoke payload block whose tag says it holds `count` (its magic
+/// restored if it was escaped); `None` if `count` does not fit in a block.
+pub fn decode_revokes(payload: &[u8], count: u64) -> Option<Vec<u64>> {
+    if count > revokes_per_block(payload.len() as u32) as u64 {
+        return None;
+    }
+    Some(
+        (0..count as usize)
+            .map(|i| get_u64(payload, i * 8))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn revoke_lists_round_trip_and_span_blocks() {
+        let (bs, salt) = (4096u32, 77);
+        let writes = vec![(10u64, vec![1u8; bs as usize])];
+        // 0x4c4e4a4d is "MJNL" read little-endian: the first revoke block must be escaped
+        let mut revokes: Vec<u64> = vec![0x4c4e_4a4d];
+        revokes.extend(100..100 + revokes_per_block(bs) as u64);
+        let blocks = encode_txn_with(5, 3, &writes, &revokes, bs, salt);
+        assert_eq!(blocks.len(), txn_blocks(1 + 2, bs));
+        let d = Descriptor::decode(&blocks[0], salt, 0).unwrap().unwrap();
+        assert_eq!(d.payload, 3);
+        assert_eq!(d.tags[1].flags & 0xff, TAG_REVOKE);
+        assert_eq!(d.tags[1].flags & TAG_ESCAPED, TAG_ESCAPED);
+        assert_eq!(d.tags[1].target, revokes_per_block(bs) as u64);
+        assert_eq!(d.tags[2].target, 1);
+        let mut first = blocks[2].to_vec();
+        first[0..4].copy_from_slice(JOURNAL_MAGIC);
+        let mut got = decode_revokes(&first, d.tags[1].target).unwrap();
+        got.extend(decode_revokes(&blocks[3], d.tags[2].target).unwrap());
+        assert_eq!(got, revokes);
+        assert!(decode_revokes(&blocks[3], revokes_per_block(bs) as u64 + 1).is_none());
+    }
 
     #[test]
     fn txn_round_trips_and_escapes_the_magic() {

@@ -20,6 +20,7 @@
 //! cache), and in-memory state is dropped only in (C).
 
 use super::cache::Block;
+use super::checkpoint::Checkpoint;
 use super::journal::TxnIo;
 use super::{Inner, JournalMode};
 use crate::device::BlockDevice;
@@ -37,6 +38,8 @@ pub(crate) struct CommitIo {
     data: Vec<(u64, Vec<Block>)>,
     /// A flush after the data, before anything that points at it.
     order_flush: bool,
+    /// Journaled blocks written home by this commit, before its flush (`checkpoint.rs`).
+    ckpt: Option<Checkpoint>,
     txn: TxnIo,
 }
 
@@ -50,10 +53,14 @@ impl CommitIo {
             let v: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
             dev.writev_at(phys * bs, &v)?;
         }
-        if self.order_flush {
+        if let Some(c) = &self.ckpt {
+            c.run(bs)?;
+        }
+        let flush = self.order_flush || self.ckpt.is_some();
+        if flush {
             dev.flush()?;
         }
-        self.txn.run(dev, bs, self.order_flush)
+        self.txn.run(dev, bs, flush)
     }
 }
 
@@ -120,6 +127,7 @@ impl Inner {
         if let Err(e) = &r {
             self.fail("planning a commit", e);
             self.out_data.clear();
+            self.ckpt.end(false);
         }
         r
     }
@@ -140,6 +148,7 @@ impl Inner {
     /// Phase (C): `result` is what (B) returned.
     pub(crate) fn commit_end(&mut self, epoch: u64, result: FsResult<()>) -> FsResult<()> {
         self.committing = false;
+        self.ckpt.end(result.is_ok());
         if let Err(e) = result {
             self.fail(&format!("commit {epoch}"), &e);
             return Err(e);
@@ -262,6 +271,16 @@ impl Inner {
         let order_flush =
             (order_data && self.journal.is_some() && wrote_data) || log_batch.is_some();
         self.wb_unflushed = false;
+        // Blocks the journal holds images of that leave its keeping: written home directly
+        // by this commit, or freed by the changes it takes (they may be reused for data
+        // written in place once it is durable). Replay must never write those images again.
+        let mut leaving: Vec<(u64, u64)> = self
+            .out_data
+            .iter()
+            .map(|(first, bufs)| (*first, bufs.len() as u64))
+            .collect();
+        leaving.extend(self.alloc.pending_blocks.iter().copied());
+        let revokes = self.ckpt.revoke(leaving);
         // Every promised metadata block has its address now.
         self.meta_reserved = 0;
         for ino in &inos {
@@ -273,7 +292,7 @@ impl Inner {
         self.touched.clear();
         self.alloc.seal_pending();
         let txn = std::mem::take(&mut self.txn);
-        let txn = self.plan_txn(txn, order_flush);
+        let (ckpt, txn) = self.plan_txn(txn, revokes);
         self.epoch_started = epoch;
         self.committing = true;
         self.last_commit_start = Instant::now();
@@ -282,6 +301,7 @@ impl Inner {
             log_batch,
             data: std::mem::take(&mut self.out_data),
             order_flush,
+            ckpt,
             txn,
         })
     }

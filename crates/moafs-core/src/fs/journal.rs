@@ -1,26 +1,29 @@
-//! The journal at run time: writing transactions, checkpointing, and replay at mount.
+//! The journal at run time: writing transactions, and replay at mount.
 //!
 //! A commit gathers every metadata block it would write (and, in `data` mode, the file data)
-//! into one transaction, writes it to the journal as one request, flushes, and only then writes
-//! the blocks to their home locations (the checkpoint) without waiting. A later flush makes
-//! those home writes durable; every transaction records the highest sequence number known to be
-//! checkpointed at that moment, so replay after a crash re-applies exactly the transactions
-//! whose home writes may be incomplete, in order. Only the newest transactions can be needed:
-//! each commit flushes, so at most the last two are ever uncheckpointed.
+//! into one transaction and writes it to the journal as one request followed by a flush. The
+//! blocks reach home later, at a checkpoint (`checkpoint.rs`): many transactions' blocks
+//! together, each block once, in address order, then a flush. Every transaction records the
+//! highest sequence number whose blocks were home and durable when it was written, so replay
+//! after a crash re-applies, in order, exactly the transactions after that one; the journal
+//! never reuses their space before a checkpoint. Revoke records keep replay from writing an
+//! old image over a block freed, or written in place, since.
 //!
 //! Freed blocks stay unallocatable until the commit after the one that freed them (see
-//! `alloc.rs`), which guarantees that a block reused for file data written in place is never
-//! overwritten by the replay of a transaction from when it held metadata.
+//! `alloc.rs`): the freeing transaction, which revokes them, is durable before they are
+//! reused.
 
+use super::checkpoint::{Checkpoint, Image};
 use super::Inner;
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::journal::{
-    body_crc, encode_txn, journal_salt, txn_blocks, Commit, Descriptor, JOURNAL_MAGIC, TAG_BLOCK,
-    TAG_ESCAPED,
+    body_crc, decode_revokes, encode_txn_with, journal_salt, revoke_blocks, txn_blocks, Commit,
+    Descriptor, JOURNAL_MAGIC, TAG_BLOCK, TAG_ESCAPED, TAG_REVOKE,
 };
 use crate::format::Superblock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 /// Journal state while mounted.
 pub(crate) struct Journal {
@@ -34,7 +37,7 @@ pub(crate) struct Journal {
     pub salt: u64,
     /// Every transaction up to here is durable at its home locations.
     pub checkpointed: u64,
-    /// Highest transaction whose home writes have been issued.
+    /// Highest transaction whose home writes have been issued (by a checkpoint).
     pub ckpt_issued: u64,
     /// Transactions after `checkpointed`: (seq, position, length); their space is not reused.
     pub live: VecDeque<(u64, u64, u64)>,
@@ -59,6 +62,11 @@ impl Journal {
         self.checkpointed = self.ckpt_issued;
         let c = self.checkpointed;
         self.live.retain(|t| t.0 > c);
+    }
+
+    /// Journal blocks held by transactions not yet checkpointed.
+    fn used(&self) -> u64 {
+        self.live.iter().map(|t| t.2).sum()
     }
 
     /// Where a transaction of `n` blocks goes, if that space holds no live transaction.
@@ -89,17 +97,19 @@ impl Inner {
         Ok(())
     }
 
-    /// Plans the commit of `writes` (home block, full-block image) atomically: journal, flush,
-    /// checkpoint; without a journal, or for a transaction larger than the journal, in place
-    /// between two flushes (not atomic; counted in `journal_overflows`). The journal's
-    /// bookkeeping is done here, as of the end of [`TxnIo::run`] (only one commit runs at a
-    /// time, and if its I/O fails the file system turns read-only); `flushed_before`: the
-    /// commit flushes before the transaction anyway (ordered data).
+    /// Plans the commit of `writes` (home block, full-block image) and `revokes` atomically:
+    /// into the journal, then a flush; the blocks wait for a checkpoint (`checkpoint.rs`),
+    /// which this commit runs first when the journal is short of space or the oldest waiting
+    /// block is due. Without a journal, or for a transaction larger
+    /// than the journal, in place between two flushes after a checkpoint (not atomic;
+    /// counted in `journal_overflows`). The journal's bookkeeping is done here, as of the end
+    /// of [`TxnIo::run`] (only one commit runs at a time, and if its I/O fails the file
+    /// system turns read-only).
     pub(crate) fn plan_txn(
         &mut self,
         mut writes: Vec<(u64, Vec<u8>)>,
-        flushed_before: bool,
-    ) -> TxnIo {
+        revokes: Vec<u64>,
+    ) -> (Option<Checkpoint>, TxnIo) {
         // The last image of a block wins; checkpoint in block order.
         writes.sort_by_key(|w| w.0);
         writes.dedup_by(|later, earlier| {
@@ -110,67 +120,108 @@ impl Inner {
                 false
             }
         });
-        if flushed_before {
-            if let Some(j) = self.journal.as_mut() {
-                j.flushed();
-            }
-        }
-        if writes.is_empty() {
-            if let Some(j) = self.journal.as_mut() {
-                j.flushed();
-            }
-            return TxnIo::Flush;
-        }
         let bs = self.bs();
-        let n = txn_blocks(writes.len(), bs as u32) as u64;
-        let mut flush_first = false;
-        let placed = match self.journal.as_mut() {
-            None => None,
-            Some(j) => match j.place(n) {
-                Some(p) => Some(p),
-                None if n <= j.len => {
-                    // Older transactions still occupy the space: making their checkpoints
-                    // durable frees it.
-                    j.flushed();
-                    flush_first = true;
-                    j.place(n)
-                }
-                None => None,
-            },
-        };
+        let n = txn_blocks(
+            writes.len() + revoke_blocks(revokes.len(), bs as u32),
+            bs as u32,
+        ) as u64;
         self.counters.meta_blocks_written += writes.len() as u64;
-        let Some(pos) = placed else {
-            if let Some(j) = self.journal.as_mut() {
+        let fits = self.journal.as_ref().is_some_and(|j| n <= j.len);
+        // Checkpoint now: the journal is short of space (a quarter is kept free for the next
+        // commit), the oldest block waiting is due, or this transaction goes in place.
+        let short = self
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.place(n).is_none() || (j.used() + n) * 4 > j.len * 3);
+        let ckpt = (!fits || short || self.ckpt.due())
+            .then(|| self.checkpoint_plan())
+            .filter(|c| c.blocks() > 0);
+        let images: Vec<(u64, Image)> = writes
+            .into_iter()
+            .map(|(b, d)| (b, Image::new(d)))
+            .collect();
+        if !fits {
+            if let Some(j) = self.journal.as_ref() {
                 log::warn!(
-                    "transaction of {} blocks exceeds the journal: written in place",
-                    writes.len()
+                    "transaction of {} blocks exceeds the journal of {}: written in place",
+                    images.len(),
+                    j.len
                 );
                 self.counters.journal_overflows += 1;
-                j.flushed();
             }
-            return TxnIo::InPlace(writes);
-        };
-        let j = self.journal.as_mut().expect("placed in the journal");
+            self.counters.checkpoint_blocks += images.len() as u64;
+            let mut images = images;
+            if let (Some(j), Some(first)) = (self.journal.as_ref(), images.first_mut()) {
+                if first.0 == 0 {
+                    // The checkpoint before these writes made every transaction home: a
+                    // replay must not apply any of them over what is written in place.
+                    self.sb.journal_seq = j.seq;
+                    first.1 = Image::new(self.sb.encode(bs as u32));
+                }
+            }
+            // shown until they are home, like a transaction's
+            self.ckpt.in_place(&images);
+            return (
+                ckpt,
+                TxnIo::InPlace {
+                    base: self.ckpt.base(),
+                    writes: images,
+                },
+            );
+        }
+        let j = self.journal.as_mut().expect("fits in the journal");
+        let pos = j.place(n).expect("a checkpoint frees the journal");
         let seq = j.seq + 1;
         let at = (j.start + pos) * bs as u64;
         let checkpointed = j.checkpointed;
         self.counters.journal_blocks_written += n;
         self.counters.journal_commits += 1;
-        // the flush after the transaction: what was home before is durable
-        j.flushed();
+        self.counters.revokes += revokes.len() as u64;
         j.seq = seq;
         j.head = pos + n;
         j.live.push_back((seq, pos, n));
-        // the checkpoint, issued after that flush
-        j.ckpt_issued = seq;
-        TxnIo::Journal {
-            flush_first,
-            at,
-            seq,
-            checkpointed,
-            salt: j.salt,
-            home: writes,
+        self.ckpt.journaled(&images);
+        (
+            ckpt,
+            TxnIo::Journal {
+                at,
+                seq,
+                checkpointed,
+                salt: j.salt,
+                home: images,
+                revokes,
+            },
+        )
+    }
+
+    /// Takes every block waiting for its checkpoint to write home; as of the flush after
+    /// those writes the journal is free.
+    pub(crate) fn checkpoint_plan(&mut self) -> Checkpoint {
+        let c = self.ckpt.take();
+        if c.blocks() > 0 {
+            self.counters.checkpoints += 1;
+            self.counters.checkpoint_blocks += c.blocks() as u64;
         }
+        if let Some(j) = self.journal.as_mut() {
+            j.ckpt_issued = j.seq;
+            j.flushed();
+        }
+        c
+    }
+
+    /// A checkpoint of every waiting block with the engine lock held (unmount): written home
+    /// and flushed.
+    pub(crate) fn checkpoint_now(&mut self) -> FsResult<()> {
+        let c = self.checkpoint_plan();
+        let r = c
+            .run(self.bs() as u64)
+            .and_then(|()| self.dev.flush())
+            .map_err(FsError::from);
+        self.ckpt.end(r.is_ok());
+        if let Err(e) = &r {
+            self.fail("a checkpoint", e);
+        }
+        r
     }
 
     /// After a crash: frees inodes that are allocated but have no links (files unlinked while
@@ -208,74 +259,51 @@ impl Inner {
 
 /// The device I/O of a transaction planned by `Inner::plan_txn` (phase B of a commit).
 pub(crate) enum TxnIo {
-    /// Nothing to write: a flush.
-    Flush,
-    /// Written in place between two flushes (no journal, or larger than it).
-    InPlace(Vec<(u64, Vec<u8>)>),
-    /// Into the journal as one request (after a flush that frees its space, if
-    /// `flush_first`), a flush, then home without waiting (the checkpoint).
+    /// Written in place between two flushes (no journal, or larger than it), after a
+    /// checkpoint; with the device beneath the checkpoint view.
+    InPlace {
+        base: Arc<dyn BlockDevice>,
+        writes: Vec<(u64, Image)>,
+    },
+    /// Into the journal as one request, then a flush.
     Journal {
-        flush_first: bool,
         /// Byte offset of the transaction in the journal.
         at: u64,
         seq: u64,
         checkpointed: u64,
         salt: u64,
-        home: Vec<(u64, Vec<u8>)>,
+        home: Vec<(u64, Image)>,
+        revokes: Vec<u64>,
     },
 }
 
 impl TxnIo {
-    /// `flushed`: the commit has just flushed (its ordered data).
+    /// `flushed`: the commit has just flushed (its ordered data, or its checkpoint).
     pub fn run(&self, dev: &dyn BlockDevice, bs: u64, flushed: bool) -> FsResult<()> {
         match self {
-            TxnIo::Flush => {
+            TxnIo::InPlace { base, writes } => {
                 if !flushed {
                     dev.flush()?;
                 }
-            }
-            TxnIo::InPlace(writes) => {
-                if !flushed {
-                    dev.flush()?;
-                }
-                write_home(dev, bs, writes)?;
+                super::checkpoint::write_runs(base.as_ref(), bs, writes)?;
                 dev.flush()?;
             }
             TxnIo::Journal {
-                flush_first,
                 at,
                 seq,
                 checkpointed,
                 salt,
                 home,
+                revokes,
             } => {
-                if *flush_first && !flushed {
-                    dev.flush()?;
-                }
-                let blocks = encode_txn(*seq, *checkpointed, home, bs as u32, *salt);
+                let blocks = encode_txn_with(*seq, *checkpointed, home, revokes, bs as u32, *salt);
                 let bufs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
                 dev.writev_at(*at, &bufs)?;
                 dev.flush()?;
-                write_home(dev, bs, home)?;
             }
         }
         Ok(())
     }
-}
-
-/// Writes sorted (block, image) pairs home, contiguous runs as one request each.
-fn write_home(dev: &dyn BlockDevice, bs: u64, writes: &[(u64, Vec<u8>)]) -> FsResult<()> {
-    let mut i = 0;
-    while i < writes.len() {
-        let mut k = i + 1;
-        while k < writes.len() && writes[k].0 == writes[k - 1].0 + 1 && k - i < 256 {
-            k += 1;
-        }
-        let bufs: Vec<&[u8]> = writes[i..k].iter().map(|w| &w.1[..]).collect();
-        dev.writev_at(writes[i].0 * bs, &bufs)?;
-        i = k;
-    }
-    Ok(())
 }
 
 /// What a replay will do: the final image of every block it writes.
@@ -285,6 +313,8 @@ pub struct Replay {
     pub last_seq: u64,
     /// Transactions re-applied.
     pub transactions: usize,
+    /// Revoke records among them.
+    pub revoked: usize,
     /// Home block → image after all replayed transactions and byte-log records.
     pub blocks: BTreeMap<u64, Vec<u8>>,
     /// The byte log's records applied after the transactions.
@@ -295,6 +325,8 @@ pub struct Replay {
 struct Txn {
     checkpointed: u64,
     writes: Vec<(u64, Vec<u8>)>,
+    /// Blocks whose images in older transactions must not be replayed.
+    revokes: Vec<u64>,
 }
 
 /// Reads and validates the transaction whose first descriptor is at journal position `pos`.
@@ -340,8 +372,27 @@ fn read_txn(
         return Ok(None);
     }
     let mut writes = Vec::with_capacity(tags.len());
+    let mut revokes = Vec::new();
     for (k, t) in tags.iter().enumerate() {
-        if t.flags & 0xff != TAG_BLOCK {
+        let kind = t.flags & 0xff;
+        if kind == TAG_REVOKE {
+            let mut data = blocks[first.count as usize + k].to_vec();
+            if t.flags & TAG_ESCAPED != 0 {
+                data[0..4].copy_from_slice(JOURNAL_MAGIC);
+            }
+            let list = decode_revokes(&data, t.target)
+                .filter(|l| l.iter().all(|b| *b < sb.total_blocks))
+                .ok_or_else(|| {
+                    FsError::corrupt(
+                        "journal",
+                        at(k),
+                        format!("transaction {} has a damaged revoke list", first.seq),
+                    )
+                })?;
+            revokes.extend(list);
+            continue;
+        }
+        if kind != TAG_BLOCK {
             return Err(FsError::corrupt(
                 "journal",
                 at(k),
@@ -367,6 +418,7 @@ fn read_txn(
     Ok(Some(Txn {
         checkpointed: first.checkpointed,
         writes,
+        revokes,
     }))
 }
 
@@ -405,8 +457,9 @@ pub fn plan_replay_with(
     Ok(out)
 }
 
-/// The journal's part of [`plan_replay`].
-fn plan_journal_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
+/// The journal's part of [`plan_replay`]: the transactions to re-apply, without the byte
+/// log's records.
+pub fn plan_journal_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Replay> {
     let mut out = Replay::default();
     if !sb.has_journal() {
         return Ok(out);
@@ -471,6 +524,12 @@ fn plan_journal_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<Repla
                 format!("transaction {seq} is missing or damaged but {last} needs it"),
             ));
         };
+        // A revoked block was freed or written in place after the older transactions that
+        // hold it: none of their images may reach it.
+        for b in &t.revokes {
+            out.blocks.remove(b);
+        }
+        out.revoked += t.revokes.len();
         for (b, d) in t.writes {
             out.blocks.insert(b, d);
         }

@@ -20,6 +20,7 @@ mod behind;
 mod bytelog;
 pub use bytelog::{plan_bytelog_replay, read_live_records, ByteLogReplay, RecordTarget};
 mod cache;
+mod checkpoint;
 mod commit;
 mod cowrite;
 mod data;
@@ -74,6 +75,8 @@ pub(crate) struct Inner {
     pub io_gate: Arc<RwLock<()>>,
     /// The journal (None on images made without one).
     pub journal: Option<journal::Journal>,
+    /// Journaled blocks waiting to be written home (`checkpoint.rs`); `dev` is its view.
+    pub ckpt: checkpoint::Checkpoints,
     /// The byte log (None on images made without one, and on read-only mounts).
     pub bytelog: Option<bytelog::ByteLog>,
     /// fsyncs waiting for the byte log, and the outcomes of those a batch took.
@@ -232,6 +235,8 @@ impl Fs {
         }
         let run_cap = opts.cowrite.then(|| opts.cowrite_blocks(geo.block_size));
         let groups = load_groups(dev.as_ref(), &geo, run_cap)?;
+        let (ckpt, dev) =
+            checkpoint::Checkpoints::new(dev, geo.block_size, opts.checkpoint_interval_ms);
         let opts_cache_blocks = opts.cache_bytes / geo.block_size as u64;
         let mut inner = Inner {
             dev,
@@ -247,6 +252,7 @@ impl Fs {
                 pending_prev_inodes: Vec::new(),
             },
             journal: journal::Journal::new(&sb, last_seq),
+            ckpt,
             bytelog_waiting: Default::default(),
             bytelog: if opts.read_only {
                 None
@@ -760,7 +766,9 @@ impl Fs {
         g.forget_all_idle_inodes();
         Ok(n)
     }
-    /// Periodic work: write back when the flush interval has passed. Returns whether it did.
+    /// Periodic work: write back when the flush interval has passed, or only write home the
+    /// journaled blocks whose checkpoint is due (a commit that runs does that too). Returns
+    /// whether it did either.
     pub fn tick(&self) -> FsResult<bool> {
         let due = |g: &Inner| {
             !g.unmounted
@@ -769,12 +777,19 @@ impl Fs {
         };
         {
             let mut g = self.lock();
-            if !due(&g) || g.committing {
+            if g.committing || g.unmounted || g.opts.read_only {
                 return Ok(false);
             }
-            if !g.has_dirty() {
-                g.last_commit = Instant::now();
-                return Ok(false);
+            if !due(&g) || !g.has_dirty() {
+                if due(&g) {
+                    g.last_commit = Instant::now();
+                }
+                let ckpt = g.ckpt.due();
+                drop(g);
+                if ckpt {
+                    self.checkpoint()?;
+                }
+                return Ok(ckpt);
             }
         }
         let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
@@ -784,6 +799,27 @@ impl Fs {
         }
         self.run_commit(g, job)?;
         Ok(true)
+    }
+    /// Writes home every journaled block waiting for its checkpoint, then flushes
+    /// (`checkpoint.rs`); the device I/O runs with the engine lock released.
+    pub fn checkpoint(&self) -> FsResult<()> {
+        let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.lock();
+        if g.failed || g.unmounted || g.opts.read_only || g.ckpt.waiting() == 0 {
+            return Ok(());
+        }
+        let c = g.checkpoint_plan();
+        let (dev, bs) = (g.dev.clone(), g.bs() as u64);
+        drop(g);
+        let r = c.run(bs).and_then(|()| dev.flush());
+        let mut g = self.lock();
+        g.ckpt.end(r.is_ok());
+        if let Err(e) = r {
+            let e = FsError::from(e);
+            g.fail("a checkpoint", &e);
+            return Err(e);
+        }
+        Ok(())
     }
     /// Clears set-user-ID of a regular file, and set-group-ID if it is group-executable or
     /// the caller (`who`: its groups when unprivileged, `None` when privileged) is not in
@@ -987,7 +1023,11 @@ impl Inner {
         self.sb.free_inodes = self.alloc.free_inodes() + self.alloc.pending_inode_count();
         self.sb.last_write_sec = Timespec::now().sec as u64;
         if let Some(j) = &self.journal {
-            self.sb.journal_seq = j.seq;
+            // The replay floor: every transaction up to it is home and durable. (A
+            // transaction's superblock goes home with a later checkpoint, together with other
+            // blocks of transactions after this number: were it the newest number, a torn
+            // checkpoint could leave them unreplayed.)
+            self.sb.journal_seq = j.checkpointed;
         }
         if let Some(l) = self.bytelog.as_mut() {
             // A commit's superblock (or one written at mount or unmount, with everything
@@ -1064,9 +1104,9 @@ impl Inner {
             l.in_use = false;
         }
         self.commit()?;
-        // The commit flushed its transaction; one more flush makes its home writes durable,
-        // after which the journal is not needed and the superblock can say so.
-        self.flush_dev()?;
+        // Every journaled block home and durable: the journal is not needed any more and
+        // the superblock can say so.
+        self.checkpoint_now()?;
         self.sb.state = STATE_CLEAN;
         self.write_superblocks_in_place()?;
         self.unmounted = true;

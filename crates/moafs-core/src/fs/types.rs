@@ -233,6 +233,9 @@ pub struct MountOptions {
     pub dirty_bytes_max: u64,
     /// Period of the write-back timer (the adapter calls `Fs::tick`).
     pub flush_interval_ms: u64,
+    /// Journaled blocks wait at most this long for their checkpoint (home write), unless the
+    /// journal runs short first (`checkpoint.rs`; the kernel's `dirty_expire_centisecs`).
+    pub checkpoint_interval_ms: u64,
     pub read_only: bool,
     /// Count references handed out by lookup-like calls (create, mkdir, link, lookup...) and
     /// keep an unlinked inode until `forget` drops them: what the kernel's FUSE protocol needs.
@@ -321,6 +324,7 @@ impl Default for MountOptions {
             cache_bytes: 256 << 20,
             dirty_bytes_max: 64 << 20,
             flush_interval_ms: 5000,
+            checkpoint_interval_ms: 30_000,
             read_only: false,
             kernel_lookups: false,
             kernel_times: false,
@@ -399,6 +403,11 @@ pub struct EngineCounters {
     pub data_blocks_journaled: u64,
     /// Commits too large for the journal, written in place instead.
     pub journal_overflows: u64,
+    /// Checkpoints (`checkpoint.rs`: journaled blocks written home together), the blocks
+    /// they wrote home, and the revoke records transactions carried.
+    pub checkpoints: u64,
+    pub checkpoint_blocks: u64,
+    pub revokes: u64,
     /// fsync/sync calls that ran no commit of their own (one in flight or another thread's
     /// covered them: group commit, or nothing was unsaved).
     pub commits_skipped: u64,
@@ -466,6 +475,9 @@ impl EngineCounters {
                 .data_blocks_journaled
                 .saturating_sub(e.data_blocks_journaled),
             journal_overflows: self.journal_overflows.saturating_sub(e.journal_overflows),
+            checkpoints: self.checkpoints.saturating_sub(e.checkpoints),
+            checkpoint_blocks: self.checkpoint_blocks.saturating_sub(e.checkpoint_blocks),
+            revokes: self.revokes.saturating_sub(e.revokes),
             commits_skipped: self.commits_skipped.saturating_sub(e.commits_skipped),
             commits_overlapped: self.commits_overlapped.saturating_sub(e.commits_overlapped),
             cowrite_batches: self.cowrite_batches.saturating_sub(e.cowrite_batches),

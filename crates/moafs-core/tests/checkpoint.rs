@@ -1,0 +1,329 @@
+//! Lazy checkpoints (`fs/checkpoint.rs`): a commit writes metadata to the journal only; home
+//! writes wait for a checkpoint, each block once; readers see the newest images meanwhile;
+//! revoke records keep replay from writing old images over reused or rewritten blocks.
+
+mod common;
+
+use common::ME;
+use moafs_core::device::{BlockDevice, DevResult, DeviceCounters, MemDevice};
+use moafs_core::fs::{JournalMode, MountOptions, ROOT_INO};
+use moafs_core::mkfs::{mkfs, MkfsOptions};
+use moafs_core::Fs;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A device that counts the writes reaching each block.
+struct Counting {
+    inner: Arc<MemDevice>,
+    writes: Mutex<HashMap<u64, u64>>,
+}
+
+impl Counting {
+    fn new(inner: Arc<MemDevice>) -> Arc<Counting> {
+        Arc::new(Counting {
+            inner,
+            writes: Mutex::new(HashMap::new()),
+        })
+    }
+    fn count(&self, offset: u64, len: u64) {
+        let mut w = self.writes.lock().unwrap();
+        for b in offset / 4096..(offset + len).div_ceil(4096) {
+            *w.entry(b).or_default() += 1;
+        }
+    }
+    fn writes_of(&self, block: u64) -> u64 {
+        self.writes
+            .lock()
+            .unwrap()
+            .get(&block)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl BlockDevice for Counting {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
+        self.count(offset, buf.len() as u64);
+        self.inner.write_at(offset, buf)
+    }
+    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
+        self.count(offset, bufs.iter().map(|b| b.len() as u64).sum());
+        self.inner.writev_at(offset, bufs)
+    }
+    fn flush(&self) -> DevResult<()> {
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
+        self.inner.discard(offset, len)
+    }
+    fn counters(&self) -> DeviceCounters {
+        self.inner.counters()
+    }
+}
+
+fn opts() -> MountOptions {
+    MountOptions {
+        flush_interval_ms: u64::MAX,
+        checkpoint_interval_ms: u64::MAX,
+        ..MountOptions::default()
+    }
+}
+
+fn image(mb: u64) -> Arc<MemDevice> {
+    let mem = Arc::new(MemDevice::new(mb << 20));
+    mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
+    mem
+}
+
+/// The home block of inode `ino`'s slot in the inode table.
+fn itable_block(fs: &Fs, ino: u64) -> u64 {
+    fs.geometry().inode_location(ino).0
+}
+
+#[test]
+fn metadata_waits_in_the_journal_and_goes_home_once() {
+    let mem = image(64);
+    let dev = Counting::new(mem.clone());
+    let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
+    let mut inos = Vec::new();
+    for i in 0..20u8 {
+        let a = fs
+            .create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, ME)
+            .expect("create");
+        fs.write(a.ino, 0, &[i; 100]).expect("write");
+        fs.fsync(a.ino, false).expect("fsync");
+        inos.push(a.ino);
+    }
+    let c = fs.counters();
+    assert!(c.commits >= 20, "{c:?}");
+    let tb = itable_block(&fs, inos[0]);
+    assert_eq!(
+        dev.writes_of(tb),
+        0,
+        "the inode table went home before a checkpoint"
+    );
+    assert_eq!(c.checkpoints, 0);
+    // Readers see the newest images: the inode table and the directory re-read from the
+    // device (through the view) after the caches are dropped.
+    fs.drop_caches().expect("drop caches");
+    for (i, ino) in inos.iter().enumerate() {
+        let a = fs
+            .lookup(ROOT_INO, format!("f{i}").as_bytes())
+            .expect("lookup after drop");
+        assert_eq!((a.ino, a.size), (*ino, 100));
+        assert_eq!(fs.read(*ino, 0, 200).expect("read"), vec![i as u8; 100]);
+    }
+    fs.checkpoint().expect("checkpoint");
+    assert_eq!(dev.writes_of(tb), 1, "each waiting block goes home once");
+    assert_eq!(fs.counters().checkpoints, 1);
+    fs.unmount().expect("unmount");
+    drop(fs);
+    common::fsck_clean(&mem);
+    let fs = common::mount(&mem);
+    for (i, ino) in inos.iter().enumerate() {
+        assert_eq!(fs.read(*ino, 0, 200).expect("read"), vec![i as u8; 100]);
+    }
+}
+
+#[test]
+fn a_crash_before_any_checkpoint_replays_every_transaction() {
+    let mem = Arc::new(MemDevice::new(64 << 20));
+    mkfs(
+        mem.as_ref(),
+        &MkfsOptions {
+            journal_blocks: Some(4096),
+            ..MkfsOptions::default()
+        },
+    )
+    .expect("mkfs");
+    let fs = common::mount_with(&mem, opts());
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).expect("mkdir").ino;
+    for i in 0..50u32 {
+        let a = fs
+            .create(d, format!("f{i}").as_bytes(), 0o644, ME)
+            .expect("create");
+        fs.write(a.ino, 0, &i.to_le_bytes().repeat(300))
+            .expect("write");
+        fs.fsync(a.ino, false).expect("fsync");
+        if i % 7 == 3 {
+            fs.unlink(d, format!("f{}", i - 1).as_bytes())
+                .expect("unlink");
+        }
+    }
+    assert_eq!(
+        fs.counters().checkpoints,
+        0,
+        "a journal of 16 MiB holds them"
+    );
+    fs.sync().expect("sync");
+    // the power fails: the image as the device holds it now
+    let crashed = Arc::new(MemDevice::from_bytes(mem.snapshot()));
+    drop(fs);
+    let r = moafs_core::fsck::fsck(crashed.as_ref(), false).expect("fsck -n runs");
+    assert!(
+        r.errors.is_empty(),
+        "fsck -n of the crash image: {:#?}",
+        r.errors
+    );
+    let fs = common::mount(&crashed);
+    let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
+    for i in 0..50u32 {
+        let gone = i % 7 == 2 && i + 1 < 50;
+        match fs.lookup(d, format!("f{i}").as_bytes()) {
+            Ok(a) => {
+                assert!(!gone, "f{i} was unlinked");
+                assert_eq!(
+                    fs.read(a.ino, 0, 2000).expect("read"),
+                    i.to_le_bytes().repeat(300)
+                );
+            }
+            Err(e) => assert!(gone, "f{i}: {e}"),
+        }
+    }
+    fs.unmount().expect("unmount");
+    drop(fs);
+    common::fsck_clean(&crashed);
+}
+
+/// A block the journal holds an image of is freed and reused for another file's data, or
+/// rewritten in place past the journal's share: a replay must not bring the old image back.
+#[test]
+fn revoked_blocks_keep_their_new_contents_through_a_replay() {
+    for mode in [JournalMode::Ordered, JournalMode::Data] {
+        let mem = image(64);
+        let fs = common::mount_with(
+            &mem,
+            MountOptions {
+                journal: mode,
+                bytelog: false,
+                // per-file allocation from the group's start: the freed blocks come first
+                cowrite: false,
+                ..opts()
+            },
+        );
+        // a file on disk, then overwritten: its blocks' new images go into the journal
+        let a = fs.create(ROOT_INO, b"a", 0o644, ME).expect("create").ino;
+        fs.write(a, 0, &[1u8; 16384]).expect("write");
+        fs.fsync(a, false).expect("fsync");
+        fs.write(a, 0, &[2u8; 16384]).expect("overwrite");
+        fs.fsync(a, false).expect("fsync");
+        let old = fs.block_map(a).expect("map");
+        assert!(fs.counters().data_blocks_journaled >= 4);
+        // freed, then (two commits later) reusable: a new file takes the blocks
+        fs.unlink(ROOT_INO, b"a").expect("unlink");
+        fs.sync().expect("sync");
+        let c = fs.create(ROOT_INO, b"c", 0o644, ME).expect("create").ino;
+        fs.fsync(c, false).expect("fsync");
+        let b = fs.create(ROOT_INO, b"b", 0o644, ME).expect("create").ino;
+        fs.write(b, 0, &[3u8; 16384]).expect("write");
+        fs.fsync(b, false).expect("fsync");
+        let new = fs.block_map(b).expect("map");
+        let reused = new.iter().filter(|p| old.contains(p)).count();
+        assert!(
+            reused > 0,
+            "{mode:?}: no block reused ({old:?} then {new:?})"
+        );
+        assert!(fs.counters().revokes > 0, "{mode:?}: no revoke record");
+        assert_eq!(fs.counters().checkpoints, 0);
+        let crashed = Arc::new(MemDevice::from_bytes(mem.snapshot()));
+        drop(fs);
+        let fs = common::mount(&crashed);
+        let b = fs.lookup(ROOT_INO, b"b").expect("b").ino;
+        assert_eq!(
+            fs.read(b, 0, 16384).expect("read"),
+            vec![3u8; 16384],
+            "{mode:?}"
+        );
+        fs.unmount().expect("unmount");
+        drop(fs);
+        common::fsck_clean(&crashed);
+    }
+}
+
+#[test]
+fn an_overwrite_past_the_journal_share_goes_home_and_is_revoked() {
+    let mem = image(64);
+    let fs = common::mount_with(
+        &mem,
+        MountOptions {
+            bytelog: false,
+            ..opts()
+        },
+    );
+    let share = fs.superblock().journal_blocks as usize / 4;
+    let a = fs.create(ROOT_INO, b"a", 0o644, ME).expect("create").ino;
+    fs.write(a, 0, &vec![1u8; (share + 8) * 4096])
+        .expect("write");
+    fs.fsync(a, false).expect("fsync");
+    // a small overwrite: journaled (ordered mode keeps overwrites atomic within a share)
+    fs.write(a, 0, &[2u8; 8192]).expect("overwrite");
+    fs.fsync(a, false).expect("fsync");
+    let journaled = fs.counters().data_blocks_journaled;
+    assert!(journaled >= 2);
+    // a large one, longer than a quarter of the journal: one run home, the small one's
+    // images revoked
+    let big = vec![4u8; (share + 8) * 4096];
+    fs.write(a, 0, &big).expect("big overwrite");
+    fs.fsync(a, false).expect("fsync");
+    assert!(fs.counters().revokes >= 2, "{:?}", fs.counters());
+    let crashed = Arc::new(MemDevice::from_bytes(mem.snapshot()));
+    drop(fs);
+    let fs = common::mount(&crashed);
+    assert_eq!(fs.read(a, 0, big.len() as u32).expect("read"), big);
+}
+
+#[test]
+fn the_timer_writes_due_blocks_home() {
+    let mem = image(64);
+    let dev = Counting::new(mem.clone());
+    let fs = Fs::mount(
+        dev.clone() as Arc<dyn BlockDevice>,
+        MountOptions {
+            checkpoint_interval_ms: 50,
+            ..opts()
+        },
+    )
+    .expect("mount");
+    let a = fs.create(ROOT_INO, b"a", 0o644, ME).expect("create");
+    fs.fsync(a.ino, false).expect("fsync");
+    let tb = itable_block(&fs, a.ino);
+    assert!(!fs.tick().expect("tick"), "nothing is due yet");
+    assert_eq!(dev.writes_of(tb), 0);
+    std::thread::sleep(std::time::Duration::from_millis(80));
+    assert!(fs.tick().expect("tick"), "the checkpoint is due");
+    assert_eq!(dev.writes_of(tb), 1);
+    assert_eq!(fs.counters().checkpoints, 1);
+    assert!(!fs.tick().expect("tick"), "nothing waits any more");
+}
+
+#[test]
+fn a_small_journal_checkpoints_when_it_runs_short() {
+    let mem = Arc::new(MemDevice::new(64 << 20));
+    mkfs(
+        mem.as_ref(),
+        &MkfsOptions {
+            journal_blocks: Some(64),
+            ..MkfsOptions::default()
+        },
+    )
+    .expect("mkfs");
+    let fs = common::mount_with(&mem, opts());
+    for i in 0..200u32 {
+        let a = fs
+            .create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, ME)
+            .expect("create");
+        fs.fsync(a.ino, false).expect("fsync");
+    }
+    let c = fs.counters();
+    assert!(c.checkpoints > 0 && c.checkpoints < c.commits / 4, "{c:?}");
+    assert_eq!(c.journal_overflows, 0);
+    fs.unmount().expect("unmount");
+    drop(fs);
+    common::fsck_clean(&mem);
+}
