@@ -1,11 +1,13 @@
 //! Two-level logging (paper 003): the per-file fsync path and the byte log.
 //!
 //! An fsync of a file whose only changes since the last commit are overwrites of blocks
-//! already on disk, each with fewer than `bytelog_threshold` bytes changed since it was last
-//! logged (counted in 128-byte units, `cache.rs`; as the paper, whose byte-logged page is
-//! clean again until its next change), and its times, does not commit the file system: it appends records of
-//! the changed bytes (and the times) to the byte log as one batch of whole 512-byte sectors
-//! and flushes. The blocks stay dirty in the cache; a later commit writes them home (and,
+//! already on disk, and its times, does not commit the file system: it appends records to
+//! the byte log as one batch of whole 512-byte sectors and flushes. A block with fewer than
+//! `bytelog_threshold` bytes changed since it was last logged (counted in 128-byte units,
+//! `cache.rs`; as the paper, whose byte-logged page is clean again until its next change)
+//! gets records of the changed bytes; a block with more gets one whole-block record (the
+//! paper's block-level log: a 4 KiB overwrite + fdatasync costs one 4.5 KiB request and a
+//! flush, not a transaction). The blocks stay dirty in the cache; a later commit writes them home (and,
 //! because a crash before that commit is durable would replay the records onto the home
 //! block, journals them rather than writing them in place). Reads never look at the log.
 //!
@@ -335,6 +337,25 @@ impl Inner {
         u.count_ones().min(units) as usize * UNIT >= self.opts.bytelog_threshold as usize
     }
 
+    /// The units to log of a block whose `u` units changed: those, or the whole block (one
+    /// record) when they reach the threshold.
+    fn whole_if_over(&self, u: Units) -> Units {
+        if u == 0 || !self.over_threshold(u) {
+            return u;
+        }
+        self.whole_block()
+    }
+
+    /// Every unit of a block.
+    fn whole_block(&self) -> Units {
+        let units = self.bs() / UNIT;
+        if units >= 128 {
+            Units::MAX
+        } else {
+            (1 << units) - 1
+        }
+    }
+
     /// What an fsync of `ino` would log (module comment): None when it must commit. Only
     /// with no commit in flight: the caller holds `commit_mx`. Records are numbered from 0
     /// here; the batch numbers them.
@@ -367,8 +388,6 @@ impl Inner {
                 if reads > MAX_HOME_READS {
                     return Ok(None);
                 }
-            } else if self.over_threshold(cb.unlogged) {
-                return Ok(None);
             }
             blocks.push((idx, cb.unknown, cb.logged));
         }
@@ -387,16 +406,10 @@ impl Inner {
                     &home,
                     &self.inodes[&ino].cache.get(&idx).expect("dirty").data,
                 );
-                if self.over_threshold(c) {
-                    // keep what was found: the next fsync need not read it again
-                    let node = self.inodes.get_mut(&ino).expect("loaded");
-                    node.cache.set_changed(idx, c);
-                    return Ok(None);
-                }
-                (c, Some(c))
+                (self.whole_if_over(c), Some(c))
             } else {
                 let cb = self.inodes[&ino].cache.get(&idx).expect("dirty");
-                (cb.unlogged, None)
+                (self.whole_if_over(cb.unlogged), None)
             };
             if log != 0 || found.is_some() {
                 logs.push((idx, phys, log, found, logged));
@@ -544,9 +557,11 @@ impl Inner {
     /// where, when there were records: `Some(first)` for the device batch of records
     /// `first..`, `None` for the tier.
     fn note_logged(&mut self, ino: u64, logs: &[LogBlock], at: Option<Option<u64>>) {
+        let whole = self.whole_block();
         let node = self.inodes.get_mut(&ino).expect("loaded");
         for (idx, _, units, found, _) in logs {
             if let (true, Some(batch)) = (*units != 0, at) {
+                self.counters.bytelog_whole_blocks += u64::from(*units == whole);
                 node.cache.set_logged(&mut self.book, *idx, *found, batch);
             } else if let Some(c) = found {
                 node.cache.set_changed(*idx, *c);

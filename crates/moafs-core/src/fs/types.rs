@@ -352,6 +352,9 @@ pub struct EngineCounters {
     /// bytes of file data those records carried, and blocks whose old contents were read
     /// to find what changed (no copy was cached).
     pub bytelog_fsyncs: u64,
+    /// Of the blocks those fsyncs logged, those logged whole (their changes reached the
+    /// threshold: one whole-block record).
+    pub bytelog_whole_blocks: u64,
     pub bytelog_records: u64,
     pub bytelog_sectors: u64,
     pub bytelog_data_bytes: u64,
@@ -433,6 +436,9 @@ impl EngineCounters {
         EngineCounters {
             commits: self.commits.saturating_sub(e.commits),
             bytelog_fsyncs: self.bytelog_fsyncs.saturating_sub(e.bytelog_fsyncs),
+            bytelog_whole_blocks: self
+                .bytelog_whole_blocks
+                .saturating_sub(e.bytelog_whole_blocks),
             bytelog_records: self.bytelog_records.saturating_sub(e.bytelog_records),
             bytelog_sectors: self.bytelog_sectors.saturating_sub(e.bytelog_sectors),
             bytelog_data_bytes: self.bytelog_data_bytes.saturating_sub(e.bytelog_data_bytes),
