@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Markdown tables from a `moafs bench --json` report (schema 2 or 3): one row per workload, one
-column per target: mean rate ± 95 % CI half-width, the ratio to the first target (schema 3: the
-paired geometric mean; ▲ higher, ▼ lower, ≈ no difference, ? inconclusive), and device bytes
-written per operation."""
+"""Markdown tables from a `moafs bench --json` report (schema 2, 3 or 4): one row per workload,
+one column per target: mean rate ± 95 % CI half-width, the ratio to the first target (schema 3
+and later: the paired geometric mean; ▲ higher, ▼ lower, ≈ no difference, ? inconclusive), and
+device bytes written per operation (schema 4: and device write requests per operation)."""
 import json
 import sys
 
@@ -35,6 +35,9 @@ def main(path):
             d = r.get("device_bytes_written_per_op")
             if d:
                 cell += f"; {fmt(d['mean'])} B/op"
+                w = r.get("device_writes_per_op")  # schema 4
+                if w:
+                    cell += f", {w['mean']:.3g} writes/op"
             cells.append(cell)
         unit = res["reports"][0]["unit"]
         print(f"| {res['workload']} | {unit} | " + " | ".join(cells) + " |")

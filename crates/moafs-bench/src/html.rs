@@ -73,7 +73,8 @@ fn num(v: &Value, d: usize) -> String {
     v.as_f64().map_or("-".to_string(), |x| format!("{x:.d$}"))
 }
 
-/// The environment record as a definition list (schema 3; nothing for older documents).
+/// The environment record as a definition list (schema 3 and later; nothing for older
+/// documents).
 fn environment(e: &Value) -> String {
     if !e.is_object() {
         return String::new();
@@ -181,7 +182,8 @@ fn outliers(o: &Value, d: usize) -> String {
     }
 }
 
-/// The report of a `moafs bench` JSON document (schema 3; older ones without the new parts).
+/// The report of a `moafs bench` JSON document (schema 4; older ones without the new parts:
+/// "-" where a number is missing).
 pub fn report(doc: &Value) -> String {
     let mut html = String::from(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>moafs bench</title>\n\
@@ -199,7 +201,9 @@ pub fn report(doc: &Value) -> String {
          the 95 % t-interval of the mean log ratio; <i>higher</i>/<i>lower</i> when that \
          interval excludes 1, <i>no difference</i> only when it contains 1 and lies within \
          ±{:.0} % of it, otherwise <i>inconclusive</i>. Outliers (Tukey fences, 3 MADs) are \
-         listed and kept.</p>\n",
+         listed and kept. Device columns: bytes and write requests a managed target's loop \
+         device completed from right after the mount to after the unmount (setup, run, sync \
+         and unmount write-back), per operation the workload counted.</p>\n",
         esc(doc["preset"].as_str().unwrap_or("none")),
         doc["reps"],
         doc["seed"],
@@ -242,7 +246,7 @@ pub fn report(doc: &Value) -> String {
             "\n<table><tr><th>target</th><th>{}/s mean</th><th>95 % CI</th><th>n</th>\
              <th>× {}'s rate (paired)</th><th>95 % CI of the ratio</th><th>verdict</th>\
              <th>outlying runs</th><th>device bytes written / op</th>\
-             <th>device bytes / byte written</th></tr>\n",
+             <th>device write requests / op</th><th>device bytes / byte written</th></tr>\n",
             esc(&unit),
             esc(&base)
         ));
@@ -256,7 +260,7 @@ pub fn report(doc: &Value) -> String {
             };
             html.push_str(&format!(
                 "<tr><td>{}</td><td>{:.1}</td><td>± {:.1}</td><td>{}</td><td>{:.2}×</td>\
-                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                 esc(r["target"].as_str().unwrap_or("?")),
                 s["mean"].as_f64().unwrap_or(0.0),
                 s["ci95"].as_f64().unwrap_or(0.0),
@@ -266,6 +270,7 @@ pub fn report(doc: &Value) -> String {
                 esc(c["verdict"].as_str().unwrap_or("")),
                 outliers(&r["rate_outliers"], 1),
                 num(&r["device_bytes_written_per_op"]["mean"], 0),
+                num(&r["device_writes_per_op"]["mean"], 3),
                 num(&r["device_bytes_per_byte_written"]["mean"], 3),
             ));
         }
@@ -403,7 +408,10 @@ mod tests {
                      "runs": [{"rep": 1, "seed": 7, "outcome": {"rate": 10.5},
                         "cache_before": {"cached_bytes": 2097152, "dirty_bytes": 1048576,
                             "writeback_bytes": 0, "mem_free_bytes": 10485760}}]},
-                    {"target": "b", "unit": "ops", "rate": {"mean": 2.6, "ci95": 0.1, "n": 2}}]}]
+                    {"target": "b", "unit": "ops", "rate": {"mean": 2.6, "ci95": 0.1, "n": 2},
+                     "device_bytes_written_per_op": {"mean": 4096.0},
+                     "device_writes_per_op": {"mean": 0.125},
+                     "device_bytes_per_byte_written": {"mean": 1.5}}]}]
         });
         let html = report(&doc);
         for want in [
@@ -420,6 +428,9 @@ mod tests {
             "run 1 (seed 7): b, a",
             "<td>a</td><td>1</td><td>7</td><td>10.5</td><td>2</td><td>1</td><td>0</td><td>10</td>",
             "× a&#39;s rate",
+            "device write requests / op",
+            "<td>4096</td><td>0.125</td><td>1.500</td>",
+            "<td>-</td><td>-</td><td>-</td></tr>",
         ] {
             assert!(html.contains(&want.replace("&#39;", "'")), "{want}: {html}");
         }

@@ -256,7 +256,8 @@ pub fn free_bytes(dir: &std::path::Path) -> io::Result<u64> {
 }
 
 /// The block device (`NAME` of `/dev/NAME`) the file system holding `dir` is mounted from,
-/// through `/proc/self/mountinfo`; `None` for FUSE and other mounts without one.
+/// through `/proc/self/mountinfo` (a FUSE mount too when its source names one, as moafs's and
+/// fuse2fs's on a loop device do); `None` for mounts without one.
 pub fn mount_device(dir: &std::path::Path) -> Option<String> {
     let dir = dir.canonicalize().ok()?;
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -277,8 +278,8 @@ pub fn mount_device(dir: &std::path::Path) -> Option<String> {
         .then_some(name)
 }
 
-/// Bytes written to the block device a kernel file system at `dir` is mounted from
-/// (`/sys/class/block/DEV/stat`); `None` for FUSE and other mounts without a block device.
+/// Bytes written to the block device the file system at `dir` is mounted from
+/// (`/sys/class/block/DEV/stat`); `None` for mounts without a block device.
 pub fn block_device_written(dir: &std::path::Path) -> Option<u64> {
     let name = mount_device(dir)?;
     let stat = std::fs::read_to_string(format!("/sys/class/block/{name}/stat")).ok()?;
@@ -292,7 +293,7 @@ pub fn block_device_written(dir: &std::path::Path) -> Option<u64> {
 /// (the loop worker's), which would serve every page the limit evicted from memory — a
 /// second, unlimited cache. Returns whether direct I/O is on now (`false` where the backing
 /// file system refuses it, e.g. tmpfs, whose pages are the storage itself), `None` when `dir`
-/// is not on a loop device (FUSE: moafs opens its image `O_DIRECT` itself, but in tmpfs).
+/// is not on a loop device (the engine, a directory, the passthrough's FUSE mount).
 pub fn loop_direct_io(dir: &std::path::Path) -> Option<bool> {
     let name = mount_device(dir).filter(|n| n.starts_with("loop"))?;
     let _ = std::process::Command::new("losetup")

@@ -70,7 +70,7 @@ pub const TARGETS: &[(&str, &str)] = &[
     ),
     (
         "moafs",
-        "moafs over FUSE on a fresh image (managed: made and taken down per run)",
+        "moafs over FUSE on a loop device over a fresh image (managed: made and taken down per run)",
     ),
     (
         "ext4",
@@ -84,7 +84,10 @@ pub const TARGETS: &[(&str, &str)] = &[
         "btrfs",
         "kernel btrfs on a loop device over a fresh image (managed)",
     ),
-    ("fuse2fs", "fuse2fs over a fresh ext4 image (managed)"),
+    (
+        "fuse2fs",
+        "fuse2fs on a loop device over a fresh ext4 image (managed)",
+    ),
     (
         "passthrough",
         "the FUSE floor: ext4 as for ext4, passed through FUSE with moafs's transport and no engine (managed)",
@@ -102,14 +105,20 @@ pub struct Run {
     pub outcome: Outcome,
     /// Engine counters of the run (the engine target, and managed moafs: its `stats=`).
     pub engine: Option<serde_json::Value>,
-    /// What the device saw, setup and unmount included (managed targets and the engine;
-    /// fuse2fs not measured).
+    /// What the device saw, setup and unmount included: every managed target's loop device
+    /// (`source: "loop"`), the in-process engine's device (`"engine"`); null for a directory.
     pub device: Option<managed::DeviceIo>,
+    /// A managed moafs's own device counters (its `stats=` file) beside the loop device's.
+    pub engine_device: Option<managed::DeviceIo>,
     /// CPU time of the harness and of the FUSE daemon, and the daemon's I/O counters, over
     /// the workload (setup included, unmount not).
     pub cost: procstat::RunCost,
     /// Device bytes written per operation (every operation the workload counted).
     pub device_bytes_written_per_op: Option<f64>,
+    /// Device write requests (`device.writes`: at a loop device, requests the block layer
+    /// completed) over the whole run, and per operation (the same divisor as the bytes).
+    pub device_write_requests: Option<u64>,
+    pub device_writes_per_op: Option<f64>,
     /// The cache state the run started from.
     pub cache: hygiene::CacheState,
     /// The job that wrote beside the measured phase, how many 100 KB files and bytes it
@@ -120,15 +129,17 @@ pub struct Run {
     pub background_bytes: Option<u64>,
     pub background_bytes_written_back: Option<u64>,
     pub background_plan: Option<hygiene::BackgroundPlan>,
-    /// Bytes written to the target's block device during the measured phase (kernel file
-    /// systems on a block device; None for FUSE and directories).
+    /// Bytes written to the target's block device during the measured phase (targets mounted
+    /// from a block device: every managed target but the passthrough, whose FUSE mount names
+    /// a directory; None for the engine and directories).
     pub measured_device_write_bytes: Option<u64>,
     /// Scenario C: bytes of the pollution runs' files present through the measured run.
     pub pollution_bytes: Option<u64>,
     /// The hard memory limit the run (pollution runs included) was under, bytes.
     pub memory_limit: Option<u64>,
-    /// Under a memory limit, whether the loop device of a kernel file system was switched to
-    /// direct I/O on its image (None: not on a loop device).
+    /// Under a memory limit, whether the loop device the target is mounted from (a kernel
+    /// file system's, moafs's, fuse2fs's) was switched to direct I/O on its image (None: not
+    /// mounted from a loop device).
     pub loop_direct_io: Option<bool>,
     /// The memory cgroup's view of the run: limit, peak usage (page cache included), and
     /// how often usage hit the limit.
@@ -164,6 +175,10 @@ pub struct Report {
     /// write-back of sync and unmount) divided by every operation the workload counted, setup
     /// included (targets that measure it).
     pub device_bytes_written_per_op: Option<Summary>,
+    /// Over the runs: device write requests over the whole run (the same span and runs as
+    /// the bytes), and the same divided by every operation the workload counted.
+    pub device_write_requests: Option<Summary>,
+    pub device_writes_per_op: Option<Summary>,
     /// Over the runs: device bytes written (as above) per byte the workload wrote: below 1
     /// when data never reached the device (files deleted while still in a cache).
     pub device_bytes_per_byte_written: Option<Summary>,
@@ -363,21 +378,24 @@ fn run_once(
     }
     let device = t.finish()?;
     let engine = t.counters();
+    let engine_device = t.engine_device();
     let ops = outcome.operations();
     // Device counters cover the whole mount: with pollution runs or a background writer on
     // the same device, bytes per workload operation would be wrong, so none is given.
     let per_op_valid =
         hygiene.cache != CacheState::Polluted && hygiene.background == Background::None;
+    let per_op = device.filter(|_| ops > 0 && per_op_valid);
     Ok((
         name,
         Run {
             rep,
-            device_bytes_written_per_op: device
-                .filter(|_| ops > 0 && per_op_valid)
-                .map(|d| d.write_bytes as f64 / ops as f64),
+            device_bytes_written_per_op: per_op.map(|d| d.write_bytes as f64 / ops as f64),
+            device_write_requests: device.map(|d| d.writes),
+            device_writes_per_op: per_op.map(|d| d.writes as f64 / ops as f64),
             outcome,
             engine,
             device,
+            engine_device,
             cost,
             cache: hygiene.cache,
             background: hygiene.background,
@@ -409,6 +427,13 @@ fn summarise(
     let per_op: Vec<f64> = runs
         .iter()
         .filter_map(|r| r.device_bytes_written_per_op)
+        .collect();
+    let writes_per_op: Vec<f64> = runs.iter().filter_map(|r| r.device_writes_per_op).collect();
+    // the same runs as per operation
+    let write_requests: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.device_writes_per_op.is_some())
+        .filter_map(|r| r.device_write_requests.map(|w| w as f64))
         .collect();
     // the same runs as per operation (None there: pollution or a background writer)
     let per_byte: Vec<f64> = runs
@@ -453,6 +478,8 @@ fn summarise(
         ),
         total_secs: Summary::of(&secs).ok_or_else(bad)?,
         device_bytes_written_per_op: Summary::of(&per_op),
+        device_write_requests: Summary::of(&write_requests),
+        device_writes_per_op: Summary::of(&writes_per_op),
         device_bytes_per_byte_written: Summary::of(&per_byte),
         latency: latency_over_runs(runs.iter().map(|r| &r.outcome.latency)),
         mount_options,

@@ -1,11 +1,14 @@
 //! Managed targets: file systems the harness makes for a run and always takes down again —
-//! moafs over FUSE, ext4, XFS and btrfs on loop devices, fuse2fs, and the FUSE floor (ext4 on a
-//! loop device passed through FUSE by `moafs passthrough`) — each on a fresh image file of the
-//! same size in a backing directory (/dev/shm: DRAM-class storage, or a disk directory).
-//! Teardown (unmount, wait for a FUSE daemon to exit, unmount a file system under it, detach
-//! the loop device, remove the image) runs on drop, so also when a run fails; Ctrl-C in
-//! `moafs bench` makes the running workload fail at its next operation (see
-//! [`crate::interrupt`]), which drops the target.
+//! moafs and fuse2fs over FUSE, ext4, XFS and btrfs in the kernel, and the FUSE floor (ext4
+//! passed through FUSE by `moafs passthrough`) — each on a fresh image file of the same size in
+//! a backing directory (/dev/shm: DRAM-class storage, or a disk directory), and every one of
+//! them on a loop device over that image (readahead [`LOOP_READAHEAD_SECTORS`]), so that what
+//! each sent to its device is counted the same way: the loop device's block-layer counters
+//! (`/sys/block/loopN/stat`) from right after the mount to after the unmount (the FUSE daemon
+//! gone). Teardown (unmount, wait for a FUSE daemon to exit, unmount a file system under it,
+//! read the loop device's counters, detach the loop device, remove the image) runs on drop, so
+//! also when a run fails; Ctrl-C in `moafs bench` makes the running workload fail at its next
+//! operation (see [`crate::interrupt`]), which drops the target.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -74,16 +77,26 @@ pub struct ManagedOptions {
     pub moafs_options: String,
 }
 
-/// What the device under a managed target saw during a run: the loop device's block-layer
-/// counters (`/sys/block/loopN/stat`, unmount included), or for moafs the counters of its own
-/// device layer (`stats=` at unmount). fuse2fs: not measured.
+/// The loop device's readahead, in 512-byte sectors (`blockdev --setra`): 256, 128 KiB (the
+/// kernel's default for a loop device), set explicitly on every managed target's loop device so
+/// that all of them read with the same device readahead whatever the machine's default is.
+pub const LOOP_READAHEAD_SECTORS: u32 = 256;
+
+/// What the device under a target saw during a run: for a managed target the loop device's
+/// block-layer counters (`/sys/block/loopN/stat`, from right after the mount to after the
+/// unmount, the FUSE daemon gone), `reads`/`writes` being requests completed and the bytes its
+/// sectors; for the in-process engine its device's own counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct DeviceIo {
+    /// Where it was counted: `loop` (a managed target's loop device), `moafs` (moafs's own
+    /// device layer, its `stats=` file), `engine` (the in-process engine's device).
+    pub source: &'static str,
     pub reads: u64,
     pub read_bytes: u64,
     pub writes: u64,
     pub write_bytes: u64,
-    /// Device flushes (moafs only; the block layer's flush count is not in `stat`).
+    /// Device flushes (the block layer's flush requests completed, where the kernel's `stat`
+    /// has them; moafs's and the engine's own count).
     pub flushes: Option<u64>,
     /// Modelled busy time of a model device, seconds (`engine:hdd`, `engine:ssd` only), and
     /// the seek distance it charged (HDD).
@@ -93,26 +106,78 @@ pub struct DeviceIo {
     pub seek_distance_bytes: Option<u64>,
 }
 
-/// (reads completed, sectors read, writes completed, sectors written) of a block device.
-fn block_stat(dev: &str) -> io::Result<[u64; 4]> {
-    let name = dev.rsplit('/').next().unwrap_or(dev);
-    let s = std::fs::read_to_string(format!("/sys/block/{name}/stat"))?;
-    let f: Vec<u64> = s
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    if f.len() < 7 {
-        return Err(io::Error::other(format!("short /sys/block/{name}/stat")));
+/// The counters of a block device's `/sys/block/NAME/stat` that [`DeviceIo`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockStat {
+    /// Field 0: read requests completed.
+    pub reads: u64,
+    /// Field 2: sectors (512 bytes) read.
+    pub read_sectors: u64,
+    /// Field 4: write requests completed.
+    pub writes: u64,
+    /// Field 6: sectors written.
+    pub write_sectors: u64,
+    /// Field 15: flush requests completed (kernels since 5.5 have the 17-field line).
+    pub flushes: Option<u64>,
+}
+
+impl BlockStat {
+    /// Parses the text of a `stat` file.
+    pub fn parse(text: &str) -> Option<BlockStat> {
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        if f.len() < 11 {
+            return None;
+        }
+        Some(BlockStat {
+            reads: f[0],
+            read_sectors: f[2],
+            writes: f[4],
+            write_sectors: f[6],
+            flushes: f.get(15).copied(),
+        })
     }
-    Ok([f[0], f[2], f[4], f[6]])
+
+    /// Of the block device `dev` (`/dev/loop3` or `loop3`).
+    pub fn of(dev: &str) -> io::Result<BlockStat> {
+        let name = dev.rsplit('/').next().unwrap_or(dev);
+        let path = format!("/sys/block/{name}/stat");
+        let s = std::fs::read_to_string(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        BlockStat::parse(&s).ok_or_else(|| io::Error::other(format!("{path}: cannot parse {s:?}")))
+    }
+
+    /// What happened between `start` and `self`, as device I/O counted at a loop device.
+    pub fn since(&self, start: &BlockStat) -> DeviceIo {
+        DeviceIo {
+            source: "loop",
+            reads: self.reads.saturating_sub(start.reads),
+            read_bytes: self.read_sectors.saturating_sub(start.read_sectors) * 512,
+            writes: self.writes.saturating_sub(start.writes),
+            write_bytes: self.write_sectors.saturating_sub(start.write_sectors) * 512,
+            flushes: self
+                .flushes
+                .zip(start.flushes)
+                .map(|(e, s)| e.saturating_sub(s)),
+            modelled_secs: None,
+            seek_distance_bytes: None,
+        }
+    }
 }
 
 /// What a managed target reports when it is taken down.
 #[derive(Debug, Clone, Default)]
 pub struct Finished {
+    /// The loop device's counters over the run (every kind).
     pub device: Option<DeviceIo>,
     /// moafs's engine counters (moafs only).
     pub engine: Option<serde_json::Value>,
+    /// moafs's own device layer's counters (its `stats=` file; moafs only), beside the loop
+    /// device's: from mount (its replay and mount-time writes included) to unmount.
+    pub engine_device: Option<DeviceIo>,
 }
 
 /// A mounted, managed file system; unmounted and removed on drop.
@@ -121,13 +186,14 @@ pub struct Managed {
     kind: Kind,
     /// The name in reports: the kind, and moafs's extra mount options after an `@`.
     label: String,
-    /// Block counters of the loop device when the run began.
-    start: Option<[u64; 4]>,
+    /// Block counters of the loop device when the run began (right after the mount).
+    start: Option<BlockStat>,
     /// moafs's `stats=` file.
     stats: Option<PathBuf>,
     work: PathBuf,
     mnt: PathBuf,
     img: PathBuf,
+    /// The loop device over `img` (every kind), detached at teardown.
     loopdev: Option<String>,
     /// The kernel file system under a FUSE mount (the passthrough's ext4): unmounted after
     /// the FUSE mount and its daemon are gone.
@@ -230,7 +296,9 @@ impl Managed {
         std::fs::File::create(&m.img)?.set_len(o.size)?;
         match o.kind {
             Kind::Moafs => {
+                // mkfs on the image file, then moafs mounts the loop device over it
                 run(Command::new(&o.moafs).arg("mkfs").arg(&m.img))?;
+                let dev = m.attach_loop()?;
                 let pidfile = m.work.join("pid");
                 let stats = m.work.join("stats.json");
                 let mut opts = format!("pidfile={},stats={}", pidfile.display(), stats.display());
@@ -240,20 +308,22 @@ impl Managed {
                 }
                 run(Command::new(&o.moafs)
                     .args(["mount", "-o", &opts])
-                    .arg(&m.img)
+                    .arg(&dev)
                     .arg(&m.mnt))?;
                 let pid = std::fs::read_to_string(&pidfile)?;
                 m.daemon_pid = pid.trim().parse().ok();
+                m.start = Some(BlockStat::of(&dev)?);
             }
             Kind::Fuse2fs => {
                 let (prog, args) = o.kind.mkfs();
                 run(Command::new(prog).args(args).arg(&m.img))?;
+                let dev = m.attach_loop()?;
                 // hard_remove: libfuse's high-level API otherwise renames a file that is
                 // unlinked while its RELEASE is still in flight to .fuse_hidden*, and a later
                 // rmdir of its directory fails with ENOTEMPTY.
                 let child = Command::new("fuse2fs")
                     .arg("-f")
-                    .arg(&m.img)
+                    .arg(&dev)
                     .arg(&m.mnt)
                     .args(["-o", "rw,hard_remove"])
                     .stdin(Stdio::null())
@@ -266,10 +336,11 @@ impl Managed {
                 if !wait_until(Duration::from_secs(10), || is_mounted(&m.mnt)) {
                     return Err(io::Error::other("fuse2fs did not mount within 10 s"));
                 }
+                m.start = Some(BlockStat::of(&dev)?);
             }
             Kind::Ext4 | Kind::Xfs | Kind::Btrfs => {
                 let dev = m.loop_mount(o.kind, &m.mnt.clone())?;
-                m.start = Some(block_stat(&dev)?);
+                m.start = Some(BlockStat::of(&dev)?);
             }
             Kind::Passthrough => {
                 // ext4 as for the ext4 target, then its root passed through FUSE
@@ -288,7 +359,7 @@ impl Managed {
                     .arg(&m.mnt))?;
                 let pid = std::fs::read_to_string(&pidfile)?;
                 m.daemon_pid = pid.trim().parse().ok();
-                m.start = Some(block_stat(&dev)?);
+                m.start = Some(BlockStat::of(&dev)?);
             }
         }
         if !is_mounted(&m.mnt) {
@@ -305,17 +376,43 @@ impl Managed {
         self.kind
     }
 
+    /// Attaches the image to a free loop device with readahead [`LOOP_READAHEAD_SECTORS`];
+    /// returns the loop device (detached at teardown from then on).
+    fn attach_loop(&mut self) -> io::Result<String> {
+        let dev = run(Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&self.img))?;
+        if !dev.starts_with("/dev/loop") {
+            return Err(io::Error::other(format!(
+                "losetup --find --show {}: unexpected output {dev:?}",
+                self.img.display()
+            )));
+        }
+        self.loopdev = Some(dev.clone());
+        run(Command::new("blockdev")
+            .args(["--setra", &LOOP_READAHEAD_SECTORS.to_string()])
+            .arg(&dev))?;
+        Ok(dev)
+    }
+
     /// Makes `kind`'s file system on the image, attaches it to a loop device and mounts that
     /// on `at`; returns the loop device.
     fn loop_mount(&mut self, kind: Kind, at: &Path) -> io::Result<String> {
         let (prog, args) = kind.mkfs();
         run(Command::new(prog).args(args).arg(&self.img))?;
-        let dev = run(Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&self.img))?;
-        self.loopdev = Some(dev.clone());
+        let dev = self.attach_loop()?;
         run(Command::new("mount").arg(&dev).arg(at))?;
         Ok(dev)
+    }
+
+    /// The loop device under the target (`/dev/loopN`).
+    pub fn loop_device(&self) -> Option<&str> {
+        self.loopdev.as_deref()
+    }
+
+    /// The image file the loop device is over.
+    pub fn image(&self) -> &Path {
+        &self.img
     }
 
     /// The name in reports (`moafs`, `moafs@dirty_max=1G` …).
@@ -332,13 +429,15 @@ impl Managed {
         &self.mnt
     }
 
-    /// Unmounts (everything is written back then), reads what the device saw during the run,
-    /// and takes the target down.
+    /// Unmounts (everything is written back then) and waits for a FUSE daemon to exit, reads
+    /// what the loop device saw during the run, and takes the target down (detaches the loop
+    /// device, removes the files).
     pub fn finish(mut self) -> io::Result<Finished> {
         let mut errors = Vec::new();
         self.unmount(&mut errors);
         let io = self.device_io();
         let engine = self.engine_counters();
+        let engine_device = self.engine_device_io();
         self.release(&mut errors);
         if !errors.is_empty() {
             return Err(io::Error::other(errors.join("; ")));
@@ -346,6 +445,7 @@ impl Managed {
         Ok(Finished {
             device: io?,
             engine,
+            engine_device,
         })
     }
 
@@ -356,35 +456,31 @@ impl Managed {
         Some(v["engine"].clone()).filter(|e| e.is_object())
     }
 
+    /// The loop device's counters since the mount; read after the unmount, before the loop
+    /// device is detached.
     fn device_io(&self) -> io::Result<Option<DeviceIo>> {
-        if let (Some(dev), Some(start)) = (&self.loopdev, self.start) {
-            let end = block_stat(dev)?;
-            return Ok(Some(DeviceIo {
-                reads: end[0].saturating_sub(start[0]),
-                read_bytes: end[1].saturating_sub(start[1]) * 512,
-                writes: end[2].saturating_sub(start[2]),
-                write_bytes: end[3].saturating_sub(start[3]) * 512,
-                flushes: None,
-                modelled_secs: None,
-                seek_distance_bytes: None,
-            }));
+        match (&self.loopdev, self.start) {
+            (Some(dev), Some(start)) => Ok(Some(BlockStat::of(dev)?.since(&start))),
+            _ => Ok(None),
         }
-        if let Some(path) = &self.stats {
-            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)
-                .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))?;
-            let d = &v["device"];
-            let n = |k: &str| d[k].as_u64().unwrap_or(0);
-            return Ok(Some(DeviceIo {
-                reads: n("reads"),
-                read_bytes: n("read_bytes"),
-                writes: n("writes"),
-                write_bytes: n("write_bytes"),
-                flushes: d["flushes"].as_u64(),
-                modelled_secs: None,
-                seek_distance_bytes: None,
-            }));
-        }
-        Ok(None) // fuse2fs: its image I/O is not separable from its FUSE traffic
+    }
+
+    /// moafs's own device counters (its `stats=` file, written at unmount).
+    fn engine_device_io(&self) -> Option<DeviceIo> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.stats.as_ref()?).ok()?).ok()?;
+        let d = v.get("device").filter(|d| d.is_object())?;
+        let n = |k: &str| d[k].as_u64().unwrap_or(0);
+        Some(DeviceIo {
+            source: "moafs",
+            reads: n("reads"),
+            read_bytes: n("read_bytes"),
+            writes: n("writes"),
+            write_bytes: n("write_bytes"),
+            flushes: d["flushes"].as_u64(),
+            modelled_secs: None,
+            seek_distance_bytes: None,
+        })
     }
 
     fn teardown(&mut self) -> io::Result<()> {
@@ -417,6 +513,8 @@ impl Managed {
             if !wait_until(Duration::from_secs(60), || !process_alive(pid)) {
                 errors.push(format!("daemon {pid} did not exit after unmount; killed"));
                 let _ = nix_kill(pid);
+                // gone before the loop device it holds open is read and detached
+                wait_until(Duration::from_secs(10), || !process_alive(pid));
             }
         }
         if let Some(mut child) = self.child.take() {
@@ -440,6 +538,13 @@ impl Managed {
             if let Err(e) = run(Command::new("losetup").arg("-d").arg(&dev)) {
                 errors.push(e.to_string());
             }
+            // A device still open elsewhere (a probe by udev) is only marked to detach at its
+            // last close: wait for that, so that nothing of ours is listed afterwards.
+            let name = dev.rsplit('/').next().unwrap_or(&dev).to_string();
+            let bound = move || Path::new(&format!("/sys/block/{name}/loop")).exists();
+            if !wait_until(Duration::from_secs(10), || !bound()) {
+                errors.push(format!("{dev} is still attached after losetup -d"));
+            }
         }
         if self.work.exists() {
             if let Err(e) = std::fs::remove_dir_all(&self.work) {
@@ -458,5 +563,46 @@ impl Drop for Managed {
         if let Err(e) = self.teardown() {
             eprintln!("moafs bench: teardown of {}: {e}", self.kind.name());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_stat_reads_requests_sectors_and_flushes() {
+        // a loop device's line: 17 fields since Linux 5.5
+        let end = "    9384        4   118152      267    79863   140651  2380307    12430        \
+                   0     2580    13181        0        0        0        0    23072      483\n";
+        let start =
+            "    9220        4   116840      265    79848   140490  2378931    12426        \
+                     0     2576    13175        0        0        0        0    23068      482\n";
+        let (e, s) = (
+            BlockStat::parse(end).unwrap(),
+            BlockStat::parse(start).unwrap(),
+        );
+        assert_eq!(
+            (
+                e.reads,
+                e.read_sectors,
+                e.writes,
+                e.write_sectors,
+                e.flushes
+            ),
+            (9384, 118152, 79863, 2380307, Some(23072))
+        );
+        let d = e.since(&s);
+        assert_eq!(d.source, "loop");
+        assert_eq!((d.reads, d.read_bytes), (164, 1312 * 512));
+        assert_eq!((d.writes, d.write_bytes), (15, 1376 * 512));
+        assert_eq!(d.flushes, Some(4));
+        // an older kernel's 11 fields: no flush count
+        let old = "1 0 8 0 2 0 16 0 0 0 0";
+        let o = BlockStat::parse(old).unwrap();
+        assert_eq!((o.writes, o.write_sectors, o.flushes), (2, 16, None));
+        assert_eq!(o.since(&o).flushes, None);
+        assert!(BlockStat::parse("1 2 3").is_none());
+        assert!(BlockStat::parse("x 0 8 0 2 0 16 0 0 0 0").is_none());
     }
 }

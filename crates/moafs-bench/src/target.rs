@@ -77,9 +77,13 @@ pub trait Target: Send + Sync {
         None
     }
     /// Ends the run: a managed target is unmounted (so everything is written back) and taken
-    /// down, and reports what its device saw.
+    /// down, and reports what its device saw (a managed target: its loop device).
     fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {
         Ok(None)
+    }
+    /// A managed moafs's own device counters (its `stats=`), once it is taken down.
+    fn engine_device(&self) -> Option<crate::managed::DeviceIo> {
+        None
     }
     /// The options the target is mounted with, read while it is mounted (before `finish`).
     fn mount_options(&self) -> Option<String> {
@@ -488,6 +492,7 @@ impl Target for EngineTarget {
         self.fs.unmount().map_err(engine_err)?;
         let (end, s) = (self.fs.device_counters(), &self.start);
         Ok(Some(crate::managed::DeviceIo {
+            source: "engine",
             reads: end.reads - s.reads,
             read_bytes: end.read_bytes - s.read_bytes,
             writes: end.writes - s.writes,
@@ -518,6 +523,8 @@ pub struct DirTarget {
     managed: Option<crate::managed::Managed>,
     /// moafs's engine counters, once a managed moafs has been taken down.
     engine: Option<serde_json::Value>,
+    /// moafs's own device counters, once a managed moafs has been taken down.
+    engine_device: Option<crate::managed::DeviceIo>,
 }
 
 impl DirTarget {
@@ -534,6 +541,7 @@ impl DirTarget {
             scratch: false,
             managed: None,
             engine: None,
+            engine_device: None,
         })
     }
 
@@ -544,6 +552,7 @@ impl DirTarget {
             scratch: false,
             managed: Some(m),
             engine: None,
+            engine_device: None,
         }
     }
 
@@ -564,6 +573,7 @@ impl DirTarget {
             scratch: true,
             managed: None,
             engine: None,
+            engine_device: None,
         })
     }
 
@@ -681,11 +691,16 @@ impl Target for DirTarget {
         self.engine.clone()
     }
 
+    fn engine_device(&self) -> Option<crate::managed::DeviceIo> {
+        self.engine_device
+    }
+
     fn finish(&mut self) -> io::Result<Option<crate::managed::DeviceIo>> {
         match self.managed.take() {
             Some(m) => {
                 let f = m.finish()?;
                 self.engine = f.engine;
+                self.engine_device = f.engine_device;
                 Ok(f.device)
             }
             None => Ok(None),

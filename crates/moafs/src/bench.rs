@@ -362,7 +362,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     }
     bar.finish_and_clear();
     let doc = serde_json::json!({
-        "schema": 3,
+        "schema": 4,
         "environment": environment,
         "preset": a.preset,
         "reps": reps,
@@ -402,6 +402,18 @@ fn reads_line(runs: &[moafs_bench::Run]) -> Option<String> {
         mean("ra_read"),
         mean("ra_read") - mean("ra_used"),
     ))
+}
+
+/// A count per operation: three significant digits below 1, two decimals below 100.
+fn per_op(x: f64) -> String {
+    if x != 0.0 && x.abs() < 1.0 {
+        let digits = (2 - x.abs().log10().floor() as i32).clamp(2, 9) as usize;
+        format!("{x:.digits$}")
+    } else if x.abs() < 100.0 {
+        format!("{x:.2}")
+    } else {
+        thousands(x)
+    }
 }
 
 /// `n` with thousands separators.
@@ -459,12 +471,32 @@ pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
             say!("  mounted: {m}");
         }
         if let Some(d) = &rep.device_bytes_written_per_op {
+            let source = match rep.runs.iter().find_map(|r| r.device.map(|d| d.source)) {
+                Some("loop") => "the loop device",
+                Some("engine") => "the engine's device",
+                _ => "the device",
+            };
             say!(
-                "  device bytes written (setup, run, sync and unmount) per operation counted: \
-                 {:.0} (95 % CI {:.0} .. {:.0})",
+                "  device writes (setup, run, sync and unmount; at {source}) per operation \
+                 counted: {:.0} bytes (95 % CI {:.0} .. {:.0}), {}{}",
                 d.mean,
                 d.low(),
-                d.high()
+                d.high(),
+                rep.device_writes_per_op.as_ref().map_or(
+                    "? write requests".to_string(),
+                    |w| format!(
+                        "{} write requests (95 % CI {} .. {})",
+                        per_op(w.mean),
+                        per_op(w.low()),
+                        per_op(w.high())
+                    )
+                ),
+                rep.device_write_requests
+                    .as_ref()
+                    .map_or(String::new(), |w| format!(
+                        "; {} write requests per run",
+                        thousands(w.mean)
+                    ))
             );
         }
         if let Some(d) = &rep.device_bytes_per_byte_written {

@@ -28,7 +28,7 @@ fn bench_writes_a_report_with_every_run() {
         &["bench", "--reps", "3", "--scale", "0.02", "--seed", "5"],
         &json,
     );
-    assert_eq!(v["schema"], 3);
+    assert_eq!(v["schema"], 4);
     assert_eq!(v["results"][0]["workload"], "postmark-quick");
     let v = &v["results"][0]["reports"][0];
     assert_eq!(v["config"]["kind"], "postmark");
@@ -189,27 +189,170 @@ fn managed_targets_run_and_are_always_taken_down() {
             assert_eq!(cost["daemon_io"]["wchar"].is_u64(), fuse, "{kind}: {cost}");
             // moafs's engine counters come from its stats= file at unmount
             assert_eq!(r["engine"]["commits"].is_u64(), kind == "moafs", "{kind}");
-            // the mount as /proc/mounts showed it while mounted: type, source, options
+            // the mount as /proc/mounts showed it while mounted: type, source (every kind
+            // is mounted from a loop device), options
             let mount = r["mount_options"].as_str().unwrap();
             let want = match kind {
-                "moafs" => "fuse.moafs ".to_string(),
+                "moafs" => "fuse.moafs /dev/loop".to_string(),
                 "fuse2fs" => "fuse".to_string(),
                 k => format!("{k} /dev/loop"),
             };
             assert!(mount.starts_with(&want), "{kind}: {mount}");
+            assert!(mount.contains(" /dev/loop"), "{kind}: {mount}");
             assert!(mount.contains("rw"), "{kind}: {mount}");
-            if kind == "fuse2fs" {
-                assert!(r["device"].is_null(), "fuse2fs: not measured");
+            // files were created and the unmount wrote them back: bytes and write requests,
+            // counted at the loop device for every kind
+            let d = &r["device"];
+            assert_eq!(d["source"], "loop", "{kind}: {d}");
+            assert!(d["write_bytes"].as_u64().unwrap() > 0, "{kind}: {d}");
+            assert!(d["writes"].as_u64().unwrap() > 0, "{kind}: {d}");
+            assert_eq!(r["device_write_requests"], d["writes"], "{kind}");
+            assert!(r["device_bytes_written_per_op"].as_f64().unwrap() > 0.0);
+            assert!(r["device_writes_per_op"].as_f64().unwrap() > 0.0, "{kind}");
+            // moafs's own device counters stay beside the loop device's
+            if kind == "moafs" {
+                let e = &r["engine_device"];
+                assert_eq!(e["source"], "moafs", "{e}");
+                assert!(e["writes"].as_u64().unwrap() > 0, "{e}");
             } else {
-                // files were created and the unmount wrote them back
-                let w = r["device"]["write_bytes"].as_u64().unwrap();
-                assert!(w > 0, "{kind}: {}", r["device"]);
-                assert!(r["device_bytes_written_per_op"].as_f64().unwrap() > 0.0);
+                assert!(r["engine_device"].is_null(), "{kind}");
             }
+        }
+        for summary in ["device_writes_per_op", "device_write_requests"] {
+            assert_eq!(v[summary]["n"], 2, "{kind}: {summary}");
+            assert!(v[summary]["mean"].as_f64().unwrap() > 0.0, "{kind}");
         }
         std::fs::remove_file(&json).unwrap();
         assert_eq!(leftovers(backing.path()), Vec::<String>::new(), "{kind}");
     }
+}
+
+#[test]
+fn one_command_on_a_disk_directory_counts_every_target_at_its_loop_device() {
+    if !is_root() || !have("losetup") || !have("fusermount3") || !have("mkfs.ext4") {
+        return;
+    }
+    // a disk directory, not tmpfs (the loop devices are over files on the VM's disk)
+    let backing = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mut targets = vec!["moafs", "ext4", "passthrough"];
+    for (kind, tool) in [
+        ("fuse2fs", "fuse2fs"),
+        ("xfs", "mkfs.xfs"),
+        ("btrfs", "mkfs.btrfs"),
+    ] {
+        if have(tool) {
+            targets.push(kind);
+        }
+    }
+    let json = backing.path().join("r.json");
+    let html = backing.path().join("r.html");
+    let (text, v) = bench_json(
+        &[
+            "bench",
+            "--target",
+            &targets.join(","),
+            "--size",
+            "512M",
+            "--reps",
+            "1",
+            "--scale",
+            "0.02",
+            "--watch-ms",
+            "0",
+            "--html",
+            html.to_str().unwrap(),
+            "--backing",
+            backing.path().to_str().unwrap(),
+        ],
+        &json,
+    );
+    assert_eq!(v["schema"], 4);
+    assert_eq!(
+        v["environment"]["backing"]["fs_type"]
+            .as_str()
+            .map(|t| t != "tmpfs"),
+        Some(true)
+    );
+    let reports = v["results"][0]["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), targets.len());
+    for r in reports {
+        let run = &r["runs"][0];
+        let d = &run["device"];
+        assert_eq!(d["source"], "loop", "{}: {d}", r["target"]);
+        assert!(d["writes"].as_u64().unwrap() > 0, "{}: {d}", r["target"]);
+        assert!(
+            d["write_bytes"].as_u64().unwrap() > 0,
+            "{}: {d}",
+            r["target"]
+        );
+        assert!(r["device_writes_per_op"]["mean"].as_f64().unwrap() > 0.0);
+    }
+    // the text report gives write requests per operation beside the bytes, for every target
+    assert_eq!(
+        text.matches("at the loop device) per operation counted: ")
+            .count(),
+        targets.len(),
+        "{text}"
+    );
+    assert!(text.contains(" write requests (95 % CI "), "{text}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<th>device write requests / op</th>"));
+    std::fs::remove_file(&json).unwrap();
+    std::fs::remove_file(&html).unwrap();
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_managed_moafs_is_on_a_loop_device_and_taken_down_also_after_its_daemon_died() {
+    use moafs_bench::managed::{Kind, Managed, ManagedOptions, LOOP_READAHEAD_SECTORS};
+    if !is_root() || !have("losetup") || !have("fusermount3") {
+        return;
+    }
+    let backing = tempfile::tempdir_in("/dev/shm").unwrap();
+    let opts = ManagedOptions {
+        kind: Kind::Moafs,
+        size: 256 << 20,
+        backing: backing.path().to_path_buf(),
+        moafs: BIN.into(),
+        moafs_options: String::new(),
+    };
+    let write_files = |dir: &std::path::Path| {
+        for i in 0..20 {
+            std::fs::write(dir.join(format!("f{i}")), vec![i as u8; 30_000]).unwrap();
+        }
+        let f = std::fs::File::open(dir.join("f0")).unwrap();
+        f.sync_all().unwrap();
+    };
+    // taken down normally: counted at the loop device, moafs's own counters beside it
+    let m = Managed::create(&opts).unwrap();
+    let dev = m.loop_device().unwrap().to_string();
+    let name = dev.trim_start_matches("/dev/");
+    let ra = std::fs::read_to_string(format!("/sys/block/{name}/queue/read_ahead_kb")).unwrap();
+    assert_eq!(ra.trim(), (LOOP_READAHEAD_SECTORS / 2).to_string());
+    assert_eq!(
+        moafs_bench::hygiene::mount_device(m.mount_point()).as_deref(),
+        Some(name)
+    );
+    write_files(m.mount_point());
+    let f = m.finish().unwrap();
+    let (d, e) = (f.device.unwrap(), f.engine_device.unwrap());
+    assert_eq!((d.source, e.source), ("loop", "moafs"));
+    // everything moafs wrote after the mount went through the loop device: 600 KB of files
+    assert!(d.writes > 0 && d.write_bytes >= 600_000, "{d:?}");
+    assert!(e.write_bytes >= d.write_bytes, "{e:?} {d:?}");
+    assert!(f.engine.unwrap()["commits"].is_u64());
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
+    // the daemon (started by Managed) dies mid-run: dropping the target still takes it down
+    let m = Managed::create(&opts).unwrap();
+    write_files(m.mount_point());
+    let pid = m.daemon_pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    drop(m);
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -930,7 +1073,7 @@ fn bench_records_the_environment_seeds_and_order() {
         ],
         &json,
     );
-    assert_eq!(v["schema"], 3);
+    assert_eq!(v["schema"], 4);
     let e = &v["environment"];
     assert_environment(e);
     assert_eq!(e["backing"]["path"], backing);
