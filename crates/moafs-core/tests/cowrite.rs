@@ -11,11 +11,64 @@ use std::sync::Arc;
 
 const BS: usize = 4096;
 
+/// (`small_commit_blocks: 0`: these tests count co-writing's own data requests; a small
+/// commit would carry the data in its transaction instead, `small_commits_place_by_co_writing`.)
 fn opts(cowrite: bool) -> MountOptions {
     MountOptions {
         cowrite,
         flush_interval_ms: u64::MAX,
+        small_commit_blocks: 0,
         ..MountOptions::default()
+    }
+}
+
+/// A small commit (the default 64 blocks) carries co-written files in its transaction: the
+/// placement is co-writing's (a directory's files one after another), no data request goes
+/// out before the transaction, and the checkpoint takes the run home.
+#[test]
+fn small_commits_place_by_co_writing() {
+    let dev = new_dev(64 << 20);
+    let fs = mount_with(
+        &dev,
+        MountOptions {
+            flush_interval_ms: u64::MAX,
+            checkpoint_interval_ms: u64::MAX,
+            ..MountOptions::default()
+        },
+    );
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
+    fs.sync().unwrap();
+    let before = fs.counters();
+    let dev_before = fs.device_counters();
+    let files = make_files(&fs, d, "f", &[1000, 3000, 5000, 200]);
+    fs.sync().unwrap();
+    let c = fs.counters().since(&before);
+    assert_eq!(c.cowrite_files, 4, "{c:?}");
+    assert_eq!((c.data_write_ios, c.data_blocks_written), (0, 0), "{c:?}");
+    assert_eq!(c.data_blocks_journaled, 5, "{c:?}");
+    let dc = fs.device_counters().since(&dev_before);
+    assert_eq!(
+        (dc.writes, dc.flushes),
+        (1, 1),
+        "one request (the transaction) and one flush"
+    );
+    let mut addrs: Vec<u64> = files
+        .iter()
+        .flat_map(|i| fs.block_map(*i).unwrap())
+        .collect();
+    addrs.sort_unstable();
+    assert!(addrs.windows(2).all(|w| w[1] == w[0] + 1), "{addrs:?}");
+    fs.checkpoint().unwrap();
+    fs.drop_caches().unwrap();
+    for (i, len) in files.iter().zip([1000, 3000, 5000, 200]) {
+        assert_eq!(fs.read(*i, 0, 8192).unwrap(), content(*i, len));
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = common::mount(&dev);
+    for (i, len) in files.iter().zip([1000, 3000, 5000, 200]) {
+        assert_eq!(fs.read(*i, 0, 8192).unwrap(), content(*i, len));
     }
 }
 

@@ -9,7 +9,9 @@ pub(crate) struct MountArgs {
     pub(crate) foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
     /// flush_interval_ms=, checkpoint_interval_ms= (how long journaled metadata may wait to
-    /// be written home, default 30000), cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
+    /// be written home, default 30000), small_commit_blocks=N (a commit of at most N dirty
+    /// data blocks carries them in its transaction with journal=ordered, default 64, 0: never),
+    /// cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
     /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
     /// bytelog_threshold=SIZE (default 2048), bytelog_writeback=on|off (commits log small
     /// rewrites too, default off), nvm=PATH (an NVM tier for small fsync batches:
@@ -201,6 +203,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             }
             "flush_interval_ms" => p.engine.flush_interval_ms = num(k, v)?,
             "checkpoint_interval_ms" => p.engine.checkpoint_interval_ms = num(k, v)?,
+            "small_commit_blocks" => p.engine.small_commit_blocks = num(k, v)?,
             "journal" => {
                 p.engine.journal = v
                     .ok_or("journal= needs writeback, ordered or data")?

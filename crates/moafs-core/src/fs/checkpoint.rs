@@ -16,7 +16,10 @@
 //! freed block (it may be reused for file data written in place) in the transaction that
 //! frees it, a block written home directly by a commit (file data past the journal's share)
 //! in that commit's transaction. Replay applies no image of a revoked block from a transaction
-//! older than the revoke (`journal.rs`). The view refuses (EIO, logged) a write to a block it
+//! older than the revoke (`journal.rs`). A commit that checkpoints does so before anything
+//! else it writes: a revoked block's committed image goes home first, then the commit's own
+//! write of the block, so the checkpoint's superblock may name every transaction so far.
+//! The view refuses (EIO, logged) a write to a block it
 //! holds an image of that was not revoked: such a write would be undone by a replay, or by
 //! the next checkpoint.
 
@@ -148,16 +151,31 @@ pub(crate) struct Checkpoints {
 pub(crate) struct Checkpoint {
     base: Arc<dyn BlockDevice>,
     images: Vec<(u64, Image)>,
+    /// The primary superblock as of the newest transaction, its replay floor raised to that
+    /// transaction: written once the images are durable.
+    floor: Option<Vec<u8>>,
 }
 
 impl Checkpoint {
-    /// Writes the images home, each contiguous run as one request (no flush: the caller's
-    /// next flush makes them durable).
+    /// Writes the images home, each contiguous run as one request, flushes, then writes the
+    /// superblock whose replay floor says they are home (no flush: the caller's next flush
+    /// makes it durable, before any transaction reuses the journal's space). Until that
+    /// superblock is durable a replay re-applies every transaction the checkpoint covers —
+    /// their space is intact until then — so a torn checkpoint is harmless; once it is, a
+    /// torn transaction over their space is never read.
     pub fn run(&self, bs: u64) -> DevResult<()> {
-        write_runs(self.base.as_ref(), bs, &self.images)
+        write_runs(self.base.as_ref(), bs, &self.images)?;
+        if let Some(sb) = &self.floor {
+            if !self.images.is_empty() {
+                self.base.flush()?;
+            }
+            self.base.write_at(0, sb)?;
+        }
+        Ok(())
     }
+    /// Blocks written home (the superblock counted).
     pub fn blocks(&self) -> usize {
-        self.images.len()
+        self.images.len() + usize::from(self.floor.is_some())
     }
 }
 
@@ -269,20 +287,37 @@ impl Checkpoints {
         self.ending.extend(images.iter().cloned());
     }
 
-    /// Every waiting image not revoked, to write home; forgotten once the commit (or
-    /// checkpoint) that writes them ends, unless a newer image replaced it meanwhile.
-    pub fn take(&mut self) -> Checkpoint {
-        let images: Vec<(u64, Image)> = self
+    /// Every waiting image, to write home — a revoked one too: it is the block's last
+    /// committed contents, and the commit that revoked it writes the block (or frees it)
+    /// only after the checkpoint is durable (`CommitIo::run`), so the superblock may say
+    /// every transaction so far is home. Forgotten once the commit (or checkpoint) that
+    /// writes them ends, unless a newer image replaced it meanwhile. The
+    /// primary superblock's (block 0) is written last, with its replay floor raised to
+    /// `newest`, the newest transaction so far (`Checkpoint::run`); `block_size` encodes it.
+    pub fn take(&mut self, newest: u64, block_size: u32) -> Checkpoint {
+        let mut images: Vec<(u64, Image)> = self
             .map()
             .iter()
-            .filter(|(_, e)| !e.revoked)
             .map(|(b, e)| (*b, e.image.clone()))
             .collect();
         self.ending.extend(images.iter().cloned());
         self.oldest = None;
+        let mut floor = None;
+        if images.first().is_some_and(|i| i.0 == 0) {
+            let (_, sb) = images.remove(0);
+            floor = match crate::format::Superblock::decode(sb.as_ref(), 0) {
+                Ok(mut s) => {
+                    s.journal_seq = s.journal_seq.max(newest);
+                    Some(s.encode(block_size))
+                }
+                // (our own image: cannot fail; home keeps the older floor, which is safe)
+                Err(_) => Some(sb.as_ref().to_vec()),
+            };
+        }
         Checkpoint {
             base: self.base.clone(),
             images,
+            floor,
         }
     }
 
@@ -341,9 +376,10 @@ mod tests {
         view.write_at(3 * 4096, &[5u8; 4096]).unwrap();
         view.read_at(3 * 4096, &mut buf[..4096]).unwrap();
         assert!(buf[..4096].iter().all(|&x| x == 9));
-        assert!(
-            c.take().images.is_empty(),
-            "a revoked image is never written home"
+        assert_eq!(
+            c.take(1, 4096).images.len(),
+            1,
+            "a revoked image is the committed one: a checkpoint writes it"
         );
         c.end(true);
         view.read_at(3 * 4096, &mut buf[..4096]).unwrap();
@@ -359,7 +395,7 @@ mod tests {
             (1, Image::new(vec![1u8; 4096])),
             (2, Image::new(vec![2u8; 4096])),
         ]);
-        let ck = c.take();
+        let ck = c.take(1, 4096);
         assert_eq!(ck.blocks(), 2);
         c.journaled(&[(2, Image::new(vec![3u8; 4096]))]);
         ck.run(4096).unwrap();

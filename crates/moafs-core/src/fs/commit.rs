@@ -46,6 +46,13 @@ pub(crate) struct CommitIo {
 impl CommitIo {
     /// Phase (B): the device I/O of a commit, in order (see the module comment).
     pub fn run(&self, dev: &dyn BlockDevice, bs: u64) -> FsResult<()> {
+        if let Some(c) = &self.ckpt {
+            // First, and durable before anything of this commit: its superblock says every
+            // transaction so far is home (blocks this commit revokes included, which it
+            // then overwrites or frees), and this commit's transaction may reuse their space.
+            c.run(bs)?;
+            dev.flush()?;
+        }
         if let Some((at, bytes)) = &self.log_batch {
             dev.write_at(*at, bytes)?;
         }
@@ -53,14 +60,10 @@ impl CommitIo {
             let v: Vec<&[u8]> = bufs.iter().map(|b| &b[..]).collect();
             dev.writev_at(phys * bs, &v)?;
         }
-        if let Some(c) = &self.ckpt {
-            c.run(bs)?;
-        }
-        let flush = self.order_flush || self.ckpt.is_some();
-        if flush {
+        if self.order_flush {
             dev.flush()?;
         }
-        self.txn.run(dev, bs, flush)
+        self.txn.run(dev, bs, self.order_flush)
     }
 }
 
@@ -198,6 +201,13 @@ impl Inner {
             let mut seen = std::collections::HashSet::with_capacity(self.dirty_order.len());
             self.dirty_order.retain(|i| seen.insert(*i));
         }
+        // A small commit (an fsync's append, a few small files: `small_commit_blocks`)
+        // carries its new data blocks in the transaction with `journal=ordered`: one request
+        // and one flush instead of data, a flush, the transaction and a flush. They go home
+        // at a checkpoint, or never if the file is deleted or rewritten first (revoked).
+        self.small_commit = self.opts.journal == JournalMode::Ordered
+            && self.journal.is_some()
+            && self.book.dirty() <= self.opts.small_commit_blocks;
         if self.opts.journal != JournalMode::Data {
             // journal=data carries file data in the transaction instead.
             self.cowrite_dirs()?;
@@ -435,7 +445,7 @@ impl Inner {
                 (_, 1) => false,
                 (_, 2) => true,
                 (JournalMode::Data, _) => true,
-                (JournalMode::Ordered, _) => placed[i].2,
+                (JournalMode::Ordered, _) => placed[i].2 || self.small_commit,
                 (JournalMode::Writeback, _) => false,
             };
             // Blocks of kind 2 go into the transaction whatever its data share

@@ -200,7 +200,20 @@ impl Inner {
                 bufs.extend(node.cache.range(0..nb).map(|(_, c)| c.data.clone()));
             }
             debug_assert_eq!(bufs.len() as u64, blocks);
-            self.out_data.push((start, bufs));
+            if self.small_commit {
+                // placed by co-writing, carried by the transaction (`commit.rs`): home at a
+                // checkpoint, in one request with the run
+                self.txn.extend(
+                    bufs.iter()
+                        .enumerate()
+                        .map(|(k, b)| (start + k as u64, b.to_vec())),
+                );
+                self.counters.data_blocks_journaled += blocks;
+            } else {
+                self.out_data.push((start, bufs));
+                self.counters.data_write_ios += 1;
+                self.counters.data_blocks_written += blocks;
+            }
         }
         let mut phys = start;
         let mut relocated = 0;
@@ -227,13 +240,11 @@ impl Inner {
             node.dirty = true;
             self.reserved -= unreserved;
         }
-        if relocated > 0 {
+        if relocated > 0 && !self.small_commit {
             // With journal=writeback too, the moved data must be on disk before the new
             // pointers (else a crash could show a rewritten file as garbage).
             self.order_data_once = true;
         }
-        self.counters.data_write_ios += 1;
-        self.counters.data_blocks_written += blocks;
         self.counters.cowrite_batches += 1;
         self.counters.cowrite_files += files.len() as u64;
         self.counters.cowrite_blocks += blocks;

@@ -197,7 +197,8 @@ impl Inner {
     /// Takes every block waiting for its checkpoint to write home; as of the flush after
     /// those writes the journal is free.
     pub(crate) fn checkpoint_plan(&mut self) -> Checkpoint {
-        let c = self.ckpt.take();
+        let newest = self.journal.as_ref().map_or(0, |j| j.seq);
+        let c = self.ckpt.take(newest, self.bs() as u32);
         if c.blocks() > 0 {
             self.counters.checkpoints += 1;
             self.counters.checkpoint_blocks += c.blocks() as u64;

@@ -109,6 +109,9 @@ pub(crate) struct Inner {
     /// Co-writing moved overwritten data since the last commit: order data before metadata
     /// in this commit whatever the journal mode.
     pub order_data_once: bool,
+    /// The commit being planned is small (`commit.rs`, `SMALL_COMMIT_BLOCKS`): with
+    /// `journal=ordered` its new data blocks go into the transaction too.
+    pub small_commit: bool,
     /// Inodes looked at or changed since the last commit started (`inode()` records them):
     /// a commit visits these, never every inode in memory.
     pub touched: rustc_hash::FxHashSet<u64>,
@@ -265,6 +268,7 @@ impl Fs {
             dirty_order: Vec::new(),
             cw_goal: HashMap::default(),
             order_data_once: false,
+            small_commit: false,
             meta_reserved: 0,
             atime: AtimePolicy::default(),
             last_sync_thread: None,

@@ -233,6 +233,9 @@ pub struct MountOptions {
     pub dirty_bytes_max: u64,
     /// Period of the write-back timer (the adapter calls `Fs::tick`).
     pub flush_interval_ms: u64,
+    /// A commit with at most this many dirty data blocks carries its new data blocks in the
+    /// transaction with `journal=ordered` (`commit.rs`; 0: never).
+    pub small_commit_blocks: u64,
     /// Journaled blocks wait at most this long for their checkpoint (home write), unless the
     /// journal runs short first (`checkpoint.rs`; the kernel's `dirty_expire_centisecs`).
     pub checkpoint_interval_ms: u64,
@@ -325,6 +328,7 @@ impl Default for MountOptions {
             dirty_bytes_max: 64 << 20,
             flush_interval_ms: 5000,
             checkpoint_interval_ms: 30_000,
+            small_commit_blocks: 64,
             read_only: false,
             kernel_lookups: false,
             kernel_times: false,

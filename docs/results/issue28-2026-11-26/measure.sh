@@ -1,0 +1,20 @@
+#!/bin/bash
+# the runs of docs/results/issue28-2026-11-26 (issue 28), as root from the repository root after
+# cargo build --release; M = the binary measured (target/release/moafs), B = the binary of the
+# commit before issue 28's engine changes with the same counting (f0be9a4 + the loop-device
+# counting, branch wt-count at 965ffd1), for the before/after rows. Nothing else runs meanwhile.
+set -u
+M=${M:-$PWD/target/release/moafs}
+B=${B:-}
+OUT=${OUT:-results}
+mkdir -p "$OUT" /var/tmp/moafs-i28 && cd "$OUT"
+log() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a progress.txt; }
+log disk-after
+$M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-after.json > disk-after.txt 2>&1
+if [ -n "$B" ]; then
+  log disk-before
+  $B bench --target ext4,moafs --workload varmail,fileserver,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 2 --json disk-before.json > disk-before.txt 2>&1
+fi
+log shm-after
+$M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-after.json > shm-after.txt 2>&1
+log done
