@@ -391,3 +391,107 @@ fn a_torn_transaction_over_checkpointed_space_is_never_needed() {
     assert!(r.findings.is_empty(), "{:#?}", r.findings);
     assert!(r.states >= 1000, "{r:?}");
 }
+
+/// A device that logs writes (first block, blocks) and flushes in order.
+struct Ordering {
+    inner: Arc<MemDevice>,
+    log: Mutex<Vec<Option<(u64, u64)>>>,
+}
+
+impl BlockDevice for Ordering {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
+        self.writev_at(offset, &[buf])
+    }
+    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        self.log
+            .lock()
+            .unwrap()
+            .push(Some((offset / 4096, len.div_ceil(4096))));
+        self.inner.writev_at(offset, bufs)
+    }
+    fn flush(&self) -> DevResult<()> {
+        self.log.lock().unwrap().push(None);
+        self.inner.flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
+        self.inner.discard(offset, len)
+    }
+    fn counters(&self) -> DeviceCounters {
+        self.inner.counters()
+    }
+}
+
+/// A small commit carries its new data in the transaction; when that transaction is too
+/// large for the journal it is written in place — the data first and flushed, then the
+/// metadata that points at it (else a crash could show a file over a freed block's bytes).
+#[test]
+fn a_small_commit_too_large_for_the_journal_writes_its_data_first() {
+    let mem = Arc::new(MemDevice::new(64 << 20));
+    mkfs(
+        mem.as_ref(),
+        &MkfsOptions {
+            journal_blocks: Some(32),
+            ..MkfsOptions::default()
+        },
+    )
+    .expect("mkfs");
+    let dev = Arc::new(Ordering {
+        inner: mem.clone(),
+        log: Mutex::new(Vec::new()),
+    });
+    let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
+    let a = fs.create(ROOT_INO, b"a", 0o644, ME).expect("create").ino;
+    // 600 inodes over about 40 inode-table blocks, all changed by one commit that also
+    // carries a's two new blocks: more metadata than the 32-block journal holds
+    let many: Vec<u64> = (0..600)
+        .map(|i| {
+            fs.create(ROOT_INO, format!("m{i}").as_bytes(), 0o644, ME)
+                .expect("create")
+                .ino
+        })
+        .collect();
+    fs.sync().expect("sync");
+    dev.log.lock().unwrap().clear();
+    let before = fs.counters();
+    for ino in &many {
+        let set = moafs_core::fs::SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        fs.setattr(*ino, &set).expect("chmod");
+    }
+    let data = vec![7u8; 2 * 4096];
+    fs.write(a, 0, &data).expect("write");
+    fs.fsync(a, false).expect("fsync");
+    let c = fs.counters().since(&before);
+    assert_eq!(c.journal_overflows, 1, "{c:?}");
+    assert_eq!(c.data_blocks_journaled, 2, "{c:?}");
+    let blocks = fs.block_map(a).expect("map");
+    let itable = itable_block(&fs, a);
+    let log = dev.log.lock().unwrap().clone();
+    let covers = |w: &Option<(u64, u64)>, b: u64| w.is_some_and(|(f, n)| f <= b && b < f + n);
+    let last_data = log
+        .iter()
+        .rposition(|w| blocks.iter().any(|b| covers(w, *b)))
+        .expect("the data was written");
+    let inode = log
+        .iter()
+        .position(|w| covers(w, itable))
+        .expect("the inode was written");
+    assert!(
+        log[last_data..inode].contains(&None),
+        "no flush between the data and the inode pointing at it: {log:?}"
+    );
+    fs.unmount().expect("unmount");
+    drop(fs);
+    common::fsck_clean(&mem);
+    let fs = common::mount(&mem);
+    assert_eq!(fs.read(a, 0, data.len() as u32).expect("read"), data);
+}

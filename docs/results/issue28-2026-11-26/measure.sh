@@ -9,6 +9,7 @@ B=${B:-}
 OUT=${OUT:-results}
 mkdir -p "$OUT" /var/tmp/moafs-i28 && cd "$OUT"
 log() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a progress.txt; }
+if [ -z "${ONLY_AFTER2:-}" ]; then
 log disk-after
 $M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-after.json > disk-after.txt 2>&1
 if [ -n "$B" ]; then
@@ -17,4 +18,10 @@ if [ -n "$B" ]; then
 fi
 log shm-after
 $M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-after.json > shm-after.txt 2>&1
+fi
+# then at fceda74 (small commits journal their data; checkpoint superblock floor), M rebuilt:
+log disk-after2
+$M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-after2.json > disk-after2.txt 2>&1
+log shm-after2
+$M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-after2.json > shm-after2.txt 2>&1
 log done

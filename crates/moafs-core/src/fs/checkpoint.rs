@@ -89,19 +89,24 @@ impl BlockDevice for View {
         self.base.size()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
-        self.base.read_at(offset, buf)?;
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
-        if map.is_empty() {
-            return Ok(());
-        }
         let bs = self.bs;
         let end = offset + buf.len() as u64;
-        for (&b, e) in map.range(offset / bs..end.div_ceil(bs)) {
+        // The images first, then the device: a checkpoint may write a block home and forget
+        // its image while the device is read (reads run outside the engine lock); the image
+        // taken before is what home holds after.
+        let shown: Vec<(u64, Image)> = {
+            let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+            map.range(offset / bs..end.div_ceil(bs))
+                .map(|(b, e)| (*b, e.image.clone()))
+                .collect()
+        };
+        self.base.read_at(offset, buf)?;
+        for (b, image) in &shown {
             let (bstart, bend) = (b * bs, b * bs + bs);
             let (from, to) = (bstart.max(offset), bend.min(end));
             if from < to {
                 buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
-                    &e.image.as_ref()[(from - bstart) as usize..(to - bstart) as usize],
+                    &image.as_ref()[(from - bstart) as usize..(to - bstart) as usize],
                 );
             }
         }

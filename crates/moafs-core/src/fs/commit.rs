@@ -185,6 +185,7 @@ impl Inner {
         // The inodes this commit takes changes of; inodes it touches itself are added below.
         let mut inos: Vec<u64> = self.touched.drain().collect();
         self.txn.clear();
+        self.txn_data.clear();
         self.out_data.clear();
         self.txn_data_budget = match (&self.journal, self.opts.journal) {
             (Some(j), JournalMode::Data | JournalMode::Ordered) => j.len / 4,
@@ -465,6 +466,7 @@ impl Inner {
                 for (phys, idx, _) in &placed[i..j] {
                     if let Some(c) = node.cache.get(idx) {
                         self.txn.push((*phys, c.data.to_vec()));
+                        self.txn_data.push(*phys);
                     }
                 }
                 self.counters.data_blocks_journaled += (j - i) as u64;

@@ -208,6 +208,7 @@ impl Inner {
                         .enumerate()
                         .map(|(k, b)| (start + k as u64, b.to_vec())),
                 );
+                self.txn_data.extend(start..start + blocks);
                 self.counters.data_blocks_journaled += blocks;
             } else {
                 self.out_data.push((start, bufs));

@@ -161,11 +161,16 @@ impl Inner {
             }
             // shown until they are home, like a transaction's
             self.ckpt.in_place(&images);
+            // file data first, flushed before the metadata that points at it
+            let data: std::collections::HashSet<u64> = self.txn_data.drain(..).collect();
+            let (data, writes): (Vec<_>, Vec<_>) =
+                images.into_iter().partition(|(b, _)| data.contains(b));
             return (
                 ckpt,
                 TxnIo::InPlace {
                     base: self.ckpt.base(),
-                    writes: images,
+                    data,
+                    writes,
                 },
             );
         }
@@ -264,6 +269,8 @@ pub(crate) enum TxnIo {
     /// checkpoint; with the device beneath the checkpoint view.
     InPlace {
         base: Arc<dyn BlockDevice>,
+        /// File data the transaction carried: written and flushed first.
+        data: Vec<(u64, Image)>,
         writes: Vec<(u64, Image)>,
     },
     /// Into the journal as one request, then a flush.
@@ -282,8 +289,11 @@ impl TxnIo {
     /// `flushed`: the commit has just flushed (its ordered data, or its checkpoint).
     pub fn run(&self, dev: &dyn BlockDevice, bs: u64, flushed: bool) -> FsResult<()> {
         match self {
-            TxnIo::InPlace { base, writes } => {
-                if !flushed {
+            TxnIo::InPlace { base, data, writes } => {
+                if !data.is_empty() {
+                    super::checkpoint::write_runs(base.as_ref(), bs, data)?;
+                    dev.flush()?;
+                } else if !flushed {
                     dev.flush()?;
                 }
                 super::checkpoint::write_runs(base.as_ref(), bs, writes)?;

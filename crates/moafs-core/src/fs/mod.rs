@@ -83,6 +83,9 @@ pub(crate) struct Inner {
     pub bytelog_waiting: bytelog::Waiting,
     /// Blocks of the transaction being built by a commit: (home block, image).
     pub txn: Vec<(u64, Vec<u8>)>,
+    /// Which of those are file data (a transaction too large for the journal writes them
+    /// in place before the metadata that points at them).
+    pub txn_data: Vec<u64>,
     /// `journal=data`: data blocks the current transaction may still carry.
     pub txn_data_budget: u64,
     /// Metadata blocks promised to changes since the last commit (directory growth, xattr
@@ -263,6 +266,7 @@ impl Fs {
                 bytelog::ByteLog::new(&sb)
             },
             txn: Vec::new(),
+            txn_data: Vec::new(),
             txn_data_budget: 0,
             replaced_by_rename: false,
             dirty_order: Vec::new(),
@@ -812,18 +816,29 @@ impl Fs {
         if g.failed || g.unmounted || g.opts.read_only || g.ckpt.waiting() == 0 {
             return Ok(());
         }
+        if g.committing {
+            return Ok(()); // (cannot be: the commit job holds commit_mx)
+        }
         let c = g.checkpoint_plan();
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
+        // Like a commit's I/O: no commit may start meanwhile (the paths that commit under
+        // the engine lock alone — ENOSPC, fallocate's throttle — see `committing`), the
+        // journal's space is not free until this is durable.
+        g.committing = true;
         drop(g);
+        let unwinding = InFlight(self);
         let r = c.run(bs).and_then(|()| dev.flush());
+        std::mem::forget(unwinding);
         let mut g = self.lock();
+        g.committing = false;
         g.ckpt.end(r.is_ok());
-        if let Err(e) = r {
-            let e = FsError::from(e);
-            g.fail("a checkpoint", &e);
-            return Err(e);
+        let r = r.map_err(FsError::from);
+        if let Err(e) = &r {
+            g.fail("a checkpoint", e);
         }
-        Ok(())
+        drop(g);
+        self.done.notify_all();
+        r
     }
     /// Clears set-user-ID of a regular file, and set-group-ID if it is group-executable or
     /// the caller (`who`: its groups when unprivileged, `None` when privileged) is not in
