@@ -9,39 +9,33 @@ use moafs_core::device::{BlockDevice, DevResult, DeviceCounters, MemDevice};
 use moafs_core::fs::{JournalMode, MountOptions, ROOT_INO};
 use moafs_core::mkfs::{mkfs, MkfsOptions};
 use moafs_core::Fs;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// A device that counts the writes reaching each block.
-struct Counting {
+/// A device that logs its writes (first block, blocks) and flushes (`None`) in order.
+struct Logging {
     inner: Arc<MemDevice>,
-    writes: Mutex<HashMap<u64, u64>>,
+    log: Mutex<Vec<Option<(u64, u64)>>>,
 }
 
-impl Counting {
-    fn new(inner: Arc<MemDevice>) -> Arc<Counting> {
-        Arc::new(Counting {
+impl Logging {
+    fn new(inner: Arc<MemDevice>) -> Arc<Logging> {
+        Arc::new(Logging {
             inner,
-            writes: Mutex::new(HashMap::new()),
+            log: Mutex::new(Vec::new()),
         })
     }
-    fn count(&self, offset: u64, len: u64) {
-        let mut w = self.writes.lock().unwrap();
-        for b in offset / 4096..(offset + len).div_ceil(4096) {
-            *w.entry(b).or_default() += 1;
-        }
-    }
-    fn writes_of(&self, block: u64) -> u64 {
-        self.writes
-            .lock()
-            .unwrap()
-            .get(&block)
-            .copied()
-            .unwrap_or(0)
+    /// Write requests that reached `block`.
+    fn writes_of(&self, block: u64) -> usize {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|w| covers(w, block)).count()
     }
 }
 
-impl BlockDevice for Counting {
+fn covers(w: &Option<(u64, u64)>, b: u64) -> bool {
+    w.is_some_and(|(f, n)| f <= b && b < f + n)
+}
+
+impl BlockDevice for Logging {
     fn size(&self) -> u64 {
         self.inner.size()
     }
@@ -49,14 +43,18 @@ impl BlockDevice for Counting {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
-        self.count(offset, buf.len() as u64);
-        self.inner.write_at(offset, buf)
+        self.writev_at(offset, &[buf])
     }
     fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        self.count(offset, bufs.iter().map(|b| b.len() as u64).sum());
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        self.log
+            .lock()
+            .unwrap()
+            .push(Some((offset / 4096, len.div_ceil(4096))));
         self.inner.writev_at(offset, bufs)
     }
     fn flush(&self) -> DevResult<()> {
+        self.log.lock().unwrap().push(None);
         self.inner.flush()
     }
     fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
@@ -65,6 +63,20 @@ impl BlockDevice for Counting {
     fn counters(&self) -> DeviceCounters {
         self.inner.counters()
     }
+}
+
+/// A fresh image of `mb` MiB with a journal of `journal` blocks (None: mkfs's default).
+fn image_with(mb: u64, journal: Option<u32>) -> Arc<MemDevice> {
+    let mem = Arc::new(MemDevice::new(mb << 20));
+    mkfs(
+        mem.as_ref(),
+        &MkfsOptions {
+            journal_blocks: journal,
+            ..MkfsOptions::default()
+        },
+    )
+    .expect("mkfs");
+    mem
 }
 
 fn opts() -> MountOptions {
@@ -76,9 +88,7 @@ fn opts() -> MountOptions {
 }
 
 fn image(mb: u64) -> Arc<MemDevice> {
-    let mem = Arc::new(MemDevice::new(mb << 20));
-    mkfs(mem.as_ref(), &MkfsOptions::default()).expect("mkfs");
-    mem
+    image_with(mb, None)
 }
 
 /// The home block of inode `ino`'s slot in the inode table.
@@ -89,7 +99,7 @@ fn itable_block(fs: &Fs, ino: u64) -> u64 {
 #[test]
 fn metadata_waits_in_the_journal_and_goes_home_once() {
     let mem = image(64);
-    let dev = Counting::new(mem.clone());
+    let dev = Logging::new(mem.clone());
     let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
     let mut inos = Vec::new();
     for i in 0..20u8 {
@@ -133,15 +143,7 @@ fn metadata_waits_in_the_journal_and_goes_home_once() {
 
 #[test]
 fn a_crash_before_any_checkpoint_replays_every_transaction() {
-    let mem = Arc::new(MemDevice::new(64 << 20));
-    mkfs(
-        mem.as_ref(),
-        &MkfsOptions {
-            journal_blocks: Some(4096),
-            ..MkfsOptions::default()
-        },
-    )
-    .expect("mkfs");
+    let mem = image_with(64, Some(4096));
     let fs = common::mount_with(&mem, opts());
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).expect("mkdir").ino;
     for i in 0..50u32 {
@@ -281,7 +283,7 @@ fn an_overwrite_past_the_journal_share_goes_home_and_is_revoked() {
 #[test]
 fn the_timer_writes_due_blocks_home() {
     let mem = image(64);
-    let dev = Counting::new(mem.clone());
+    let dev = Logging::new(mem.clone());
     let fs = Fs::mount(
         dev.clone() as Arc<dyn BlockDevice>,
         MountOptions {
@@ -304,15 +306,7 @@ fn the_timer_writes_due_blocks_home() {
 
 #[test]
 fn a_small_journal_checkpoints_when_it_runs_short() {
-    let mem = Arc::new(MemDevice::new(64 << 20));
-    mkfs(
-        mem.as_ref(),
-        &MkfsOptions {
-            journal_blocks: Some(64),
-            ..MkfsOptions::default()
-        },
-    )
-    .expect("mkfs");
+    let mem = image_with(64, Some(64));
     let fs = common::mount_with(&mem, opts());
     for i in 0..200u32 {
         let a = fs
@@ -339,15 +333,7 @@ fn a_torn_transaction_over_checkpointed_space_is_never_needed() {
     use moafs_core::device::{RecordDevice, WriteLog};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("log");
-    let mem = Arc::new(MemDevice::new(16 << 20));
-    mkfs(
-        mem.as_ref(),
-        &MkfsOptions {
-            journal_blocks: Some(64),
-            ..MkfsOptions::default()
-        },
-    )
-    .expect("mkfs");
+    let mem = image_with(16, Some(64));
     let rec = Arc::new(RecordDevice::create(mem, &path).expect("record"));
     let fs = Fs::mount(rec.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
     for round in 0..40u32 {
@@ -392,60 +378,13 @@ fn a_torn_transaction_over_checkpointed_space_is_never_needed() {
     assert!(r.states >= 1000, "{r:?}");
 }
 
-/// A device that logs writes (first block, blocks) and flushes in order.
-struct Ordering {
-    inner: Arc<MemDevice>,
-    log: Mutex<Vec<Option<(u64, u64)>>>,
-}
-
-impl BlockDevice for Ordering {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {
-        self.writev_at(offset, &[buf])
-    }
-    fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        self.log
-            .lock()
-            .unwrap()
-            .push(Some((offset / 4096, len.div_ceil(4096))));
-        self.inner.writev_at(offset, bufs)
-    }
-    fn flush(&self) -> DevResult<()> {
-        self.log.lock().unwrap().push(None);
-        self.inner.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
-        self.inner.discard(offset, len)
-    }
-    fn counters(&self) -> DeviceCounters {
-        self.inner.counters()
-    }
-}
-
 /// A small commit carries its new data in the transaction; when that transaction is too
 /// large for the journal it is written in place — the data first and flushed, then the
 /// metadata that points at it (else a crash could show a file over a freed block's bytes).
 #[test]
 fn a_small_commit_too_large_for_the_journal_writes_its_data_first() {
-    let mem = Arc::new(MemDevice::new(64 << 20));
-    mkfs(
-        mem.as_ref(),
-        &MkfsOptions {
-            journal_blocks: Some(32),
-            ..MkfsOptions::default()
-        },
-    )
-    .expect("mkfs");
-    let dev = Arc::new(Ordering {
-        inner: mem.clone(),
-        log: Mutex::new(Vec::new()),
-    });
+    let mem = image_with(64, Some(32));
+    let dev = Logging::new(mem.clone());
     let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
     let a = fs.create(ROOT_INO, b"a", 0o644, ME).expect("create").ino;
     // 600 inodes over about 40 inode-table blocks, all changed by one commit that also
@@ -476,7 +415,6 @@ fn a_small_commit_too_large_for_the_journal_writes_its_data_first() {
     let blocks = fs.block_map(a).expect("map");
     let itable = itable_block(&fs, a);
     let log = dev.log.lock().unwrap().clone();
-    let covers = |w: &Option<(u64, u64)>, b: u64| w.is_some_and(|(f, n)| f <= b && b < f + n);
     let last_data = log
         .iter()
         .rposition(|w| blocks.iter().any(|b| covers(w, *b)))
