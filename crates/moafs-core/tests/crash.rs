@@ -1273,7 +1273,7 @@ fn run_all(name: &'static str, ops: usize) {
     // Co-writing (on by default; not with journal=data): batches, and moved overwrites.
     let (mut batches, mut moved, mut behind, mut overlapped) = (0, 0, 0, 0);
     // Lazy checkpoints (`checkpoint.rs`): checkpoints run by commits, revoke records.
-    let (mut checkpoints, mut revokes) = (0, 0);
+    let (mut checkpoints, mut revokes, mut deltas) = (0, 0, 0);
     for mode in [
         JournalMode::Ordered,
         JournalMode::Data,
@@ -1300,6 +1300,7 @@ fn run_all(name: &'static str, ops: usize) {
             cleanings += c.bytelog_cleanings;
             checkpoints += c.checkpoints;
             revokes += c.revokes;
+            deltas += c.delta_blocks;
         }
     }
     eprintln!(
@@ -1316,13 +1317,15 @@ fn run_all(name: &'static str, ops: usize) {
          {voids} void records, {cleanings} cleaning commits"
     );
     eprintln!(
-        "crash harness: workload {name}: {checkpoints} checkpoints, {revokes} revoke records"
+        "crash harness: workload {name}: {checkpoints} checkpoints, {revokes} revoke records, \
+         {deltas} blocks as delta records"
     );
     if std::env::var("MOAFS_CRASH_ONLY").is_ok() {
         // one mode and seed: the workload's coverage checks below are for whole runs
         return;
     }
     assert!(checkpoints > 0, "no commit ran a checkpoint");
+    assert!(deltas > 0, "no transaction carried a delta record");
     if name == "smallupdates" {
         assert!(served > 0, "the byte log served no fsync");
         assert!(tiered > 0, "no batch went to the NVM tier");

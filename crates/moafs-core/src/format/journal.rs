@@ -28,6 +28,112 @@ pub const TAG_BYTES: u32 = 1;
 /// from its first byte on, zeros after them. Replay applies no image of a listed block from a
 /// transaction older than this one (the block was freed, or written in place, since).
 pub const TAG_REVOKE: u32 = 2;
+/// Tag kind: the payload block holds `target` delta records — bytes to patch into blocks
+/// whose image the older transactions (or home) hold ([`Delta`]).
+pub const TAG_DELTA: u32 = 3;
+/// Bytes of a delta record's header: u64 block, u32 offset, u32 length.
+pub const DELTA_HEADER: usize = 16;
+
+/// A change of `bytes` at `offset` of block `target`, relative to the block's image in the
+/// transactions before (or at home).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delta {
+    pub target: u64,
+    pub offset: u32,
+    pub bytes: Vec<u8>,
+}
+
+impl Delta {
+    /// Bytes the record takes in a payload block (8-byte aligned).
+    pub fn len(&self) -> usize {
+        DELTA_HEADER + self.bytes.len().div_ceil(8) * 8
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// Packs delta records into payload blocks (a record never spans two): (count, block).
+pub fn pack_deltas(deltas: &[Delta], block_size: u32) -> Vec<(u64, Vec<u8>)> {
+    let bs = block_size as usize;
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut at = bs;
+    for d in deltas {
+        if at + d.len() > bs {
+            out.push((0, vec![0u8; bs]));
+            at = 0;
+        }
+        let (count, b) = out.last_mut().expect("pushed above");
+        put_u64(b, at, d.target);
+        put_u32(b, at + 8, d.offset);
+        put_u32(b, at + 12, d.bytes.len() as u32);
+        b[at + DELTA_HEADER..at + DELTA_HEADER + d.bytes.len()].copy_from_slice(&d.bytes);
+        at += d.len();
+        *count += 1;
+    }
+    out
+}
+
+/// The delta records of a payload block whose tag says it holds `count`; `None` if they do
+/// not fit in it or one reaches past the end of its block.
+pub fn decode_deltas(payload: &[u8], count: u64) -> Option<Vec<Delta>> {
+    let bs = payload.len();
+    let mut at = 0usize;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        if at + DELTA_HEADER > bs {
+            return None;
+        }
+        let (target, offset, len) = (
+            get_u64(payload, at),
+            get_u32(payload, at + 8),
+            get_u32(payload, at + 12) as usize,
+        );
+        let start = at + DELTA_HEADER;
+        if len == 0 || start + len > bs || offset as usize + len > bs {
+            return None;
+        }
+        out.push(Delta {
+            target,
+            offset,
+            bytes: payload[start..start + len].to_vec(),
+        });
+        at = start + len.div_ceil(8) * 8;
+    }
+    Some(out)
+}
+
+/// The changes from `old` to `new` (two images of block `target`) as delta records: runs of
+/// differing bytes, merged across gaps shorter than a record header.
+pub fn diff_deltas(target: u64, old: &[u8], new: &[u8]) -> Vec<Delta> {
+    let mut out: Vec<Delta> = Vec::new();
+    let n = old.len().min(new.len());
+    let mut i = 0;
+    while i < n {
+        if old[i] == new[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut end = i + 1;
+        let mut j = end;
+        while j < n {
+            if old[j] != new[j] {
+                end = j + 1;
+            } else if j - end >= DELTA_HEADER {
+                break;
+            }
+            j += 1;
+        }
+        out.push(Delta {
+            target,
+            offset: start as u32,
+            bytes: new[start..end].to_vec(),
+        });
+        i = end;
+    }
+    out
+}
 /// Tag flag: the payload's first 4 bytes were the journal magic and are stored as zero.
 pub const TAG_ESCAPED: u32 = 1 << 8;
 /// Bytes of a descriptor's header; tags follow.
@@ -198,20 +304,23 @@ pub fn encode_txn<'a, B: AsRef<[u8]>>(
     block_size: u32,
     salt: u64,
 ) -> Vec<Cow<'a, [u8]>> {
-    encode_txn_with(seq, checkpointed, writes, &[], block_size, salt)
+    encode_txn_with(seq, checkpointed, writes, &[], &[], block_size, salt)
 }
 
-/// [`encode_txn`] with a revoke list (`TAG_REVOKE` payload blocks after the images).
+/// [`encode_txn`] with a revoke list (`TAG_REVOKE` payload blocks after the images) and
+/// delta records (`TAG_DELTA` payload blocks, last).
 pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
     seq: u64,
     checkpointed: u64,
     writes: &'a [(u64, B)],
     revokes: &[u64],
+    deltas: &[Delta],
     block_size: u32,
     salt: u64,
 ) -> Vec<Cow<'a, [u8]>> {
     let per = tags_per_descriptor(block_size);
-    let n = writes.len() + revoke_blocks(revokes.len(), block_size);
+    let packed = pack_deltas(deltas, block_size);
+    let n = writes.len() + revoke_blocks(revokes.len(), block_size) + packed.len();
     let count = n.div_ceil(per).max(1);
     let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(txn_blocks(n, block_size));
     let mut payloads = Vec::with_capacity(n);
@@ -234,6 +343,9 @@ pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
             put_u64(&mut b, i * 8, *blk);
         }
         push(list.len() as u64, TAG_REVOKE, Cow::Owned(b));
+    }
+    for (count, b) in packed {
+        push(count, TAG_DELTA, Cow::Owned(b));
     }
     for i in 0..count {
         let chunk = tags
@@ -287,13 +399,59 @@ mod tests {
     use super::*;
 
     #[test]
+    fn deltas_diff_pack_and_decode() {
+        let bs = 4096u32;
+        let old = vec![0u8; bs as usize];
+        let mut new = old.clone();
+        new[10] = 1;
+        new[20] = 2; // within a header's length of the first: one record
+        new[1000..1300].fill(3);
+        new[4095] = 4;
+        let d = diff_deltas(7, &old, &new);
+        assert_eq!(d.len(), 3, "{d:?}");
+        assert_eq!((d[0].offset, d[0].bytes.len()), (10, 11));
+        let mut patched = old.clone();
+        for x in &d {
+            patched[x.offset as usize..x.offset as usize + x.bytes.len()].copy_from_slice(&x.bytes);
+        }
+        assert_eq!(patched, new);
+        // many records span payload blocks, none split
+        let many: Vec<Delta> = (0..300)
+            .map(|i| Delta {
+                target: i,
+                offset: 8,
+                bytes: vec![i as u8; 40],
+            })
+            .collect();
+        let packed = pack_deltas(&many, bs);
+        assert_eq!(packed.len(), 300usize.div_ceil(4096 / 56));
+        let mut back = Vec::new();
+        for (count, b) in &packed {
+            back.extend(decode_deltas(b, *count).expect("decodes"));
+        }
+        assert_eq!(back, many);
+        // a count past what the block holds, or a record past the block's end, is refused
+        assert!(decode_deltas(&packed[0].1, packed[0].0 + 1).is_none());
+        let mut bad = packed[0].1.clone();
+        put_u32(&mut bad, 8, 4090); // offset 4090 + 40 bytes > 4096
+        assert!(decode_deltas(&bad, 1).is_none());
+        // a whole transaction with deltas: the tags say so
+        let writes = vec![(3u64, vec![5u8; bs as usize])];
+        let blocks = encode_txn_with(9, 1, &writes, &[], &many[..2], bs, 5);
+        let desc = Descriptor::decode(&blocks[0], 5, 0).unwrap().unwrap();
+        assert_eq!(desc.payload, 2);
+        assert_eq!(desc.tags[1].flags & 0xff, TAG_DELTA);
+        assert_eq!(desc.tags[1].target, 2);
+    }
+
+    #[test]
     fn revoke_lists_round_trip_and_span_blocks() {
         let (bs, salt) = (4096u32, 77);
         let writes = vec![(10u64, vec![1u8; bs as usize])];
         // 0x4c4e4a4d is "MJNL" read little-endian: the first revoke block must be escaped
         let mut revokes: Vec<u64> = vec![0x4c4e_4a4d];
         revokes.extend(100..100 + revokes_per_block(bs) as u64);
-        let blocks = encode_txn_with(5, 3, &writes, &revokes, bs, salt);
+        let blocks = encode_txn_with(5, 3, &writes, &revokes, &[], bs, salt);
         assert_eq!(blocks.len(), txn_blocks(1 + 2, bs));
         let d = Descriptor::decode(&blocks[0], salt, 0).unwrap().unwrap();
         assert_eq!(d.payload, 3);

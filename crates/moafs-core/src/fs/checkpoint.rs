@@ -232,6 +232,15 @@ impl Checkpoints {
         self.map.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The newest journaled image of `block` waiting for its checkpoint, unless revoked: the
+    /// base a transaction's delta record of it is relative to.
+    pub fn image_of(&self, block: u64) -> Option<Image> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        map.get(&block)
+            .filter(|e| !e.revoked)
+            .map(|e| e.image.clone())
+    }
+
     /// Blocks waiting for their checkpoint.
     pub fn waiting(&self) -> usize {
         self.map.read().unwrap_or_else(|e| e.into_inner()).len()

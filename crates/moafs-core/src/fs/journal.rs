@@ -18,8 +18,9 @@ use super::Inner;
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::journal::{
-    body_crc, decode_revokes, encode_txn_with, journal_salt, revoke_blocks, txn_blocks, Commit,
-    Descriptor, JOURNAL_MAGIC, TAG_BLOCK, TAG_ESCAPED, TAG_REVOKE,
+    body_crc, decode_deltas, decode_revokes, diff_deltas, encode_txn_with, journal_salt,
+    pack_deltas, revoke_blocks, txn_blocks, Commit, Delta, Descriptor, JOURNAL_MAGIC, TAG_BLOCK,
+    TAG_DELTA, TAG_ESCAPED, TAG_REVOKE,
 };
 use crate::format::Superblock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -121,8 +122,32 @@ impl Inner {
             }
         });
         let bs = self.bs();
+        // A block whose newest image waits in the journal goes as delta records when few of
+        // its bytes changed (an inode slot, a bitmap bit, a directory entry, free counts):
+        // replay patches them onto that image (FORMAT §12).
+        let mut deltas: Vec<Delta> = Vec::new();
+        let mut full: Vec<bool> = Vec::with_capacity(writes.len());
+        for (b, new) in &writes {
+            // (never the primary superblock: a checkpoint writes it home with its replay
+            // floor raised, so home is not the journal's image of it)
+            let d = (*b != 0)
+                .then(|| self.ckpt.image_of(*b))
+                .flatten()
+                .map(|old| diff_deltas(*b, old.as_ref(), new));
+            match d {
+                Some(d) if d.iter().map(Delta::len).sum::<usize>() <= bs / 2 => {
+                    self.counters.delta_blocks += u64::from(!d.is_empty());
+                    deltas.extend(d);
+                    full.push(false);
+                }
+                _ => full.push(true),
+            }
+        }
+        let n_full = full.iter().filter(|f| **f).count();
         let n = txn_blocks(
-            writes.len() + revoke_blocks(revokes.len(), bs as u32),
+            n_full
+                + revoke_blocks(revokes.len(), bs as u32)
+                + pack_deltas(&deltas, bs as u32).len(),
             bs as u32,
         ) as u64;
         self.counters.meta_blocks_written += writes.len() as u64;
@@ -186,6 +211,11 @@ impl Inner {
         j.head = pos + n;
         j.live.push_back((seq, pos, n));
         self.ckpt.journaled(&images);
+        let home: Vec<(u64, Image)> = images
+            .into_iter()
+            .zip(full)
+            .filter_map(|(i, f)| f.then_some(i))
+            .collect();
         (
             ckpt,
             TxnIo::Journal {
@@ -193,8 +223,9 @@ impl Inner {
                 seq,
                 checkpointed,
                 salt: j.salt,
-                home: images,
+                home,
                 revokes,
+                deltas,
             },
         )
     }
@@ -282,6 +313,7 @@ pub(crate) enum TxnIo {
         salt: u64,
         home: Vec<(u64, Image)>,
         revokes: Vec<u64>,
+        deltas: Vec<Delta>,
     },
 }
 
@@ -306,8 +338,10 @@ impl TxnIo {
                 salt,
                 home,
                 revokes,
+                deltas,
             } => {
-                let blocks = encode_txn_with(*seq, *checkpointed, home, revokes, bs as u32, *salt);
+                let blocks =
+                    encode_txn_with(*seq, *checkpointed, home, revokes, deltas, bs as u32, *salt);
                 let bufs: Vec<&[u8]> = blocks.iter().map(|b| &b[..]).collect();
                 dev.writev_at(*at, &bufs)?;
                 dev.flush()?;
@@ -338,6 +372,8 @@ struct Txn {
     writes: Vec<(u64, Vec<u8>)>,
     /// Blocks whose images in older transactions must not be replayed.
     revokes: Vec<u64>,
+    /// Changes to blocks relative to their image before this transaction.
+    deltas: Vec<Delta>,
 }
 
 /// Reads and validates the transaction whose first descriptor is at journal position `pos`.
@@ -384,8 +420,29 @@ fn read_txn(
     }
     let mut writes = Vec::with_capacity(tags.len());
     let mut revokes = Vec::new();
+    let mut deltas = Vec::new();
     for (k, t) in tags.iter().enumerate() {
         let kind = t.flags & 0xff;
+        if kind == TAG_DELTA {
+            let mut data = blocks[first.count as usize + k].to_vec();
+            if t.flags & TAG_ESCAPED != 0 {
+                data[0..4].copy_from_slice(JOURNAL_MAGIC);
+            }
+            let list = decode_deltas(&data, t.target)
+                .filter(|l| {
+                    l.iter()
+                        .all(|d| d.target < sb.total_blocks && !sb.log_range().contains(&d.target))
+                })
+                .ok_or_else(|| {
+                    FsError::corrupt(
+                        "journal",
+                        at(k),
+                        format!("transaction {} has a damaged delta record", first.seq),
+                    )
+                })?;
+            deltas.extend(list);
+            continue;
+        }
         if kind == TAG_REVOKE {
             let mut data = blocks[first.count as usize + k].to_vec();
             if t.flags & TAG_ESCAPED != 0 {
@@ -430,6 +487,7 @@ fn read_txn(
         checkpointed: first.checkpointed,
         writes,
         revokes,
+        deltas,
     }))
 }
 
@@ -543,6 +601,19 @@ pub fn plan_journal_replay(dev: &dyn BlockDevice, sb: &Superblock) -> FsResult<R
         out.revoked += t.revokes.len();
         for (b, d) in t.writes {
             out.blocks.insert(b, d);
+        }
+        for d in t.deltas {
+            let bsz = sb.block_size as usize;
+            let img = match out.blocks.entry(d.target) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let mut home = vec![0u8; bsz];
+                    dev.read_at(d.target * bs, &mut home)?;
+                    e.insert(home)
+                }
+            };
+            let o = d.offset as usize;
+            img[o..o + d.bytes.len()].copy_from_slice(&d.bytes);
         }
         out.transactions += 1;
     }

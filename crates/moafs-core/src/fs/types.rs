@@ -413,6 +413,9 @@ pub struct EngineCounters {
     /// Checkpoints (`checkpoint.rs`: journaled blocks written home together), the blocks
     /// they wrote home, and the revoke records transactions carried.
     pub checkpoints: u64,
+    /// Blocks transactions carried as delta records (few bytes changed since their
+    /// previous image in the journal) instead of whole.
+    pub delta_blocks: u64,
     pub checkpoint_blocks: u64,
     pub revokes: u64,
     /// fsync/sync calls that ran no commit of their own (one in flight or another thread's
@@ -486,6 +489,7 @@ impl EngineCounters {
                 .saturating_sub(e.data_blocks_journaled),
             journal_overflows: self.journal_overflows.saturating_sub(e.journal_overflows),
             checkpoints: self.checkpoints.saturating_sub(e.checkpoints),
+            delta_blocks: self.delta_blocks.saturating_sub(e.delta_blocks),
             checkpoint_blocks: self.checkpoint_blocks.saturating_sub(e.checkpoint_blocks),
             revokes: self.revokes.saturating_sub(e.revokes),
             commits_skipped: self.commits_skipped.saturating_sub(e.commits_skipped),
