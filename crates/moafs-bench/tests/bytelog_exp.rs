@@ -58,9 +58,10 @@ fn the_byte_log_cuts_flash_writes_of_fsynced_sqlite_updates() {
     }
     // the flash did work of its own: garbage collection at 75 % after random writes
     assert!(block.flash.gc_copies > 0 && block.flash.erases > 0);
-    // deterministic where the clock has no say (a served fsync logs the times only when
-    // they changed, which the kernel's coarse clock decides: the byte log's rows may move a
-    // record or two between runs)
+    // deterministic but for the clock (a served fsync logs the times only when they
+    // changed, and a transaction's delta records of an inode are as long as the times that
+    // changed, both of which the kernel's coarse clock decides): the block rows of two runs
+    // agree within a few pages
     let again = run(&small(), &mut |_| {}).unwrap();
     let blocks = |r: &BytelogReport| {
         r.rows
@@ -69,5 +70,14 @@ fn the_byte_log_cuts_flash_writes_of_fsynced_sqlite_updates() {
             .map(|x| x.flash)
             .collect::<Vec<_>>()
     };
-    assert_eq!(blocks(&again), blocks(&r));
+    let near = |a: u64, b: u64| a.abs_diff(b) <= (a / 100).max(4);
+    for (a, b) in blocks(&again).iter().zip(blocks(&r).iter()) {
+        assert!(
+            near(a.host_programs, b.host_programs)
+                && near(a.gc_copies, b.gc_copies)
+                && near(a.erases, b.erases),
+            "{a:?} vs {b:?}"
+        );
+    }
+    assert_eq!(blocks(&again).len(), blocks(&r).len());
 }
