@@ -19,9 +19,14 @@ fi
 log shm-after
 $M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-after.json > shm-after.txt 2>&1
 fi
+if [ -z "${ONLY_DELTA:-}" ]; then
 # then at fceda74 (small commits journal their data; checkpoint superblock floor), M rebuilt:
 log disk-after2
 $M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-after2.json > disk-after2.txt 2>&1
 log shm-after2
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-after2.json > shm-after2.txt 2>&1
+fi
+# then at the delta-records commit (wt-delta), M rebuilt:
+log disk-delta
+$M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-delta.json > disk-delta.txt 2>&1
 log done
