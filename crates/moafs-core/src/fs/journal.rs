@@ -136,31 +136,43 @@ impl Inner {
                 .map(|old| diff_deltas(*b, old.as_ref(), new));
             match d {
                 Some(d) if d.iter().map(Delta::len).sum::<usize>() <= bs / 2 => {
-                    self.counters.delta_blocks += u64::from(!d.is_empty());
                     deltas.extend(d);
                     full.push(false);
                 }
                 _ => full.push(true),
             }
         }
-        let n_full = full.iter().filter(|f| **f).count();
-        let n = txn_blocks(
-            n_full
-                + revoke_blocks(revokes.len(), bs as u32)
-                + pack_deltas(&deltas, bs as u32).len(),
-            bs as u32,
-        ) as u64;
+        let size = |full: &[bool], deltas: &[Delta]| {
+            let n_full = full.iter().filter(|f| **f).count();
+            txn_blocks(
+                n_full
+                    + revoke_blocks(revokes.len(), bs as u32)
+                    + pack_deltas(deltas, bs as u32).len(),
+                bs as u32,
+            ) as u64
+        };
+        let mut n = size(&full, &deltas);
         self.counters.meta_blocks_written += writes.len() as u64;
-        let fits = self.journal.as_ref().is_some_and(|j| n <= j.len);
+        let fits = |n: u64, this: &Self| this.journal.as_ref().is_some_and(|j| n <= j.len);
         // Checkpoint now: the journal is short of space (a quarter is kept free for the next
         // commit), the oldest block waiting is due, or this transaction goes in place.
         let short = self
             .journal
             .as_ref()
             .is_some_and(|j| j.place(n).is_none() || (j.used() + n) * 4 > j.len * 3);
-        let ckpt = (!fits || short || self.ckpt.due())
+        let ckpt = (!fits(n, self) || short || self.ckpt.due())
             .then(|| self.checkpoint_plan())
             .filter(|c| c.blocks() > 0);
+        if ckpt.is_some() && !deltas.is_empty() {
+            // The checkpoint moves the replay floor past the images the deltas are against:
+            // replay would patch them onto home, which a later commit may overwrite in place
+            // (data past the journal's share) before its own transaction is durable. Whole.
+            deltas.clear();
+            full.fill(true);
+            n = size(&full, &deltas);
+        }
+        self.counters.delta_blocks += full.iter().filter(|f| !**f).count() as u64;
+        let fits = fits(n, self);
         let images: Vec<(u64, Image)> = writes
             .into_iter()
             .map(|(b, d)| (b, Image::new(d)))
