@@ -308,7 +308,7 @@ fn the_timer_writes_due_blocks_home() {
     let fs = Fs::mount(
         dev.clone() as Arc<dyn BlockDevice>,
         MountOptions {
-            checkpoint_interval_ms: 50,
+            checkpoint_interval_ms: 500,
             ..opts()
         },
     )
@@ -318,7 +318,7 @@ fn the_timer_writes_due_blocks_home() {
     let tb = itable_block(&fs, a.ino);
     assert!(!fs.tick().expect("tick"), "nothing is due yet");
     assert_eq!(dev.writes_of(tb), 0);
-    std::thread::sleep(std::time::Duration::from_millis(80));
+    std::thread::sleep(std::time::Duration::from_millis(600));
     assert!(fs.tick().expect("tick"), "the checkpoint is due");
     assert_eq!(dev.writes_of(tb), 1);
     assert_eq!(fs.counters().checkpoints, 1);
@@ -469,7 +469,7 @@ fn a_commit_that_checkpoints_sends_its_blocks_whole() {
         dev.clone() as Arc<dyn BlockDevice>,
         MountOptions {
             bytelog: false,
-            checkpoint_interval_ms: 300,
+            checkpoint_interval_ms: 2_000,
             ..opts()
         },
     )
@@ -483,7 +483,7 @@ fn a_commit_that_checkpoints_sends_its_blocks_whole() {
     // block 5 overwritten whole: journaled (an overwrite within the share)
     fs.write(a, 5 * 4096, &[2u8; 4096]).expect("overwrite");
     fs.fsync(a, false).expect("fsync");
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    std::thread::sleep(std::time::Duration::from_millis(2_100));
     // a few bytes of it, in a commit whose checkpoint is due
     let before = fs.counters();
     fs.write(a, 5 * 4096 + 100, &[3u8; 10])

@@ -28,6 +28,7 @@ pub use flash::{FlashCounters, FlashDevice, FlashModel};
 pub use mem::MemDevice;
 pub use model::{HddModel, ModelDevice, ModelKind, SsdModel};
 pub use nvm::{FaultNvm, FileNvm, MemNvm, Nvm, NvmCounters, NvmCut, NvmModel};
+pub(crate) use overlay::patch_blocks;
 pub use overlay::OverlayDevice;
 pub use record::{
     encode_header, LogError, LogRecord, Note, RecordDevice, WriteLog, BASE_BLOCK_BYTES, LOG_MAGIC,

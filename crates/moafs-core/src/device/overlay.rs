@@ -21,6 +21,25 @@ impl<D: BlockDevice> OverlayDevice<D> {
     }
 }
 
+/// Copies whole-block images (block number, `bs` bytes) over the parts of `buf` — the device's
+/// bytes from byte `offset` on — that they cover.
+pub(crate) fn patch_blocks<'a>(
+    buf: &mut [u8],
+    offset: u64,
+    bs: u64,
+    blocks: impl Iterator<Item = (u64, &'a [u8])>,
+) {
+    let end = offset + buf.len() as u64;
+    for (b, data) in blocks {
+        let (bstart, bend) = (b * bs, b * bs + bs);
+        let (from, to) = (bstart.max(offset), bend.min(end));
+        if from < to {
+            buf[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&data[(from - bstart) as usize..(to - bstart) as usize]);
+        }
+    }
+}
+
 fn read_only(offset: u64) -> DeviceError {
     DeviceError::Io {
         offset,
@@ -37,14 +56,8 @@ impl<D: BlockDevice> BlockDevice for OverlayDevice<D> {
         self.base.read_at(offset, buf)?;
         let bs = self.block_size;
         let end = offset + buf.len() as u64;
-        for (&b, data) in self.blocks.range(offset / bs..end.div_ceil(bs)) {
-            let (bstart, bend) = (b * bs, b * bs + bs);
-            let (from, to) = (bstart.max(offset), bend.min(end));
-            if from < to {
-                buf[(from - offset) as usize..(to - offset) as usize]
-                    .copy_from_slice(&data[(from - bstart) as usize..(to - bstart) as usize]);
-            }
-        }
+        let shown = self.blocks.range(offset / bs..end.div_ceil(bs));
+        patch_blocks(buf, offset, bs, shown.map(|(b, d)| (*b, &d[..])));
         Ok(())
     }
     fn write_at(&self, offset: u64, _buf: &[u8]) -> DevResult<()> {

@@ -677,7 +677,6 @@ impl Fs {
             .map(|t| t.nvm.clone());
         drop(g);
         let unwinding = super::InFlight(self);
-        let flushed = matches!(to, Target::Device(_));
         let r = match (to, tier) {
             (Target::Device(at), _) => dev.write_at(at, &bytes).and_then(|()| dev.flush()),
             (Target::Tier(at), Some(t)) => t.store(at, &bytes).and_then(|()| t.persist()),
@@ -687,12 +686,7 @@ impl Fs {
         let mut g = self.lock();
         g.committing = false;
         let r = match r {
-            Ok(()) => {
-                if let Some(j) = g.journal.as_mut().filter(|_| flushed) {
-                    j.flushed(); // every checkpoint write issued so far is durable too
-                }
-                Ok(settle(&mut g, &outcomes))
-            }
+            Ok(()) => Ok(settle(&mut g, &outcomes)),
             Err(e) => {
                 // the others fall back to a commit, which refuses: the file system failed
                 let e = FsError::from(e);

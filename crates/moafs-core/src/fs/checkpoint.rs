@@ -101,15 +101,8 @@ impl BlockDevice for View {
                 .collect()
         };
         self.base.read_at(offset, buf)?;
-        for (b, image) in &shown {
-            let (bstart, bend) = (b * bs, b * bs + bs);
-            let (from, to) = (bstart.max(offset), bend.min(end));
-            if from < to {
-                buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
-                    &image.as_ref()[(from - bstart) as usize..(to - bstart) as usize],
-                );
-            }
-        }
+        let images = shown.iter().map(|(b, i)| (*b, i.as_ref()));
+        crate::device::patch_blocks(buf, offset, bs, images);
         Ok(())
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> DevResult<()> {

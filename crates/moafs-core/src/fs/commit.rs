@@ -426,6 +426,7 @@ impl Inner {
             Some(c) if c.logged => 1,
             _ => 0,
         };
+        let mut runs: Vec<(u64, Vec<Block>, bool)> = Vec::new();
         let mut i = 0;
         while i < placed.len() {
             let mut j = i + 1;
@@ -461,28 +462,39 @@ impl Inner {
             let must = logged(i) == 2
                 || symlink
                 || (self.opts.journal == JournalMode::Data && placed[i].2);
-            if journaled && (must || self.txn_data_budget >= (j - i) as u64) {
+            let journal = journaled && (must || self.txn_data_budget >= (j - i) as u64);
+            if journal {
                 self.txn_data_budget = self.txn_data_budget.saturating_sub((j - i) as u64);
-                for (phys, idx, _) in &placed[i..j] {
-                    if let Some(c) = node.cache.get(idx) {
-                        self.txn.push((*phys, c.data.to_vec()));
-                        self.txn_data.push(*phys);
-                    }
-                }
-                self.counters.data_blocks_journaled += (j - i) as u64;
-                i = j;
-                continue;
             }
             let bufs: Vec<Block> = placed[i..j]
                 .iter()
                 .filter_map(|(_, idx, _)| node.cache.get(idx).map(|c| c.data.clone()))
                 .collect();
-            self.out_data.push((placed[i].0, bufs));
-            self.counters.data_write_ios += 1;
-            self.counters.data_blocks_written += (j - i) as u64;
+            runs.push((placed[i].0, bufs, journal));
             i = j;
         }
+        for (first, bufs, journal) in runs {
+            self.take_data_run(first, bufs, journal);
+        }
         Ok(())
+    }
+
+    /// Takes a run of file data blocks at `first` into the commit: into the transaction (they
+    /// go home at a checkpoint, or never if revoked first) or home before it (`out_data`,
+    /// phase B).
+    pub(super) fn take_data_run(&mut self, first: u64, bufs: Vec<Block>, journal: bool) {
+        let n = bufs.len() as u64;
+        if journal {
+            let images = bufs.iter().enumerate();
+            self.txn
+                .extend(images.map(|(k, b)| (first + k as u64, b.to_vec())));
+            self.txn_data.extend(first..first + n);
+            self.counters.data_blocks_journaled += n;
+        } else {
+            self.out_data.push((first, bufs));
+            self.counters.data_write_ios += 1;
+            self.counters.data_blocks_written += n;
+        }
     }
 
     fn write_back_dir(&mut self, ino: u64) -> FsResult<()> {

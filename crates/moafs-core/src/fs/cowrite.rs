@@ -200,21 +200,8 @@ impl Inner {
                 bufs.extend(node.cache.range(0..nb).map(|(_, c)| c.data.clone()));
             }
             debug_assert_eq!(bufs.len() as u64, blocks);
-            if self.small_commit {
-                // placed by co-writing, carried by the transaction (`commit.rs`): home at a
-                // checkpoint, in one request with the run
-                self.txn.extend(
-                    bufs.iter()
-                        .enumerate()
-                        .map(|(k, b)| (start + k as u64, b.to_vec())),
-                );
-                self.txn_data.extend(start..start + blocks);
-                self.counters.data_blocks_journaled += blocks;
-            } else {
-                self.out_data.push((start, bufs));
-                self.counters.data_write_ios += 1;
-                self.counters.data_blocks_written += blocks;
-            }
+            // a small commit's run is carried by its transaction (`commit.rs`)
+            self.take_data_run(start, bufs, self.small_commit);
         }
         let mut phys = start;
         let mut relocated = 0;

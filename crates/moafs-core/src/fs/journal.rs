@@ -36,10 +36,9 @@ pub(crate) struct Journal {
     /// Sequence number of the last transaction written.
     pub seq: u64,
     pub salt: u64,
-    /// Every transaction up to here is durable at its home locations.
+    /// Every transaction up to here is durable at its home locations (as of the end of the
+    /// I/O of the checkpoint that set it: `checkpoint_plan`).
     pub checkpointed: u64,
-    /// Highest transaction whose home writes have been issued (by a checkpoint).
-    pub ckpt_issued: u64,
     /// Transactions after `checkpointed`: (seq, position, length); their space is not reused.
     pub live: VecDeque<(u64, u64, u64)>,
 }
@@ -53,16 +52,14 @@ impl Journal {
             seq,
             salt: journal_salt(&sb.uuid),
             checkpointed: seq,
-            ckpt_issued: seq,
             live: VecDeque::new(),
         })
     }
 
-    /// A device flush completed: every home write issued before it is durable.
-    pub fn flushed(&mut self) {
-        self.checkpointed = self.ckpt_issued;
-        let c = self.checkpointed;
-        self.live.retain(|t| t.0 > c);
+    /// A checkpoint of every transaction so far: their space may be reused.
+    fn checkpointed_all(&mut self) {
+        self.checkpointed = self.seq;
+        self.live.clear();
     }
 
     /// Journal blocks held by transactions not yet checkpointed.
@@ -89,15 +86,6 @@ impl Journal {
 }
 
 impl Inner {
-    /// Flushes the device and records what that made durable.
-    pub(crate) fn flush_dev(&mut self) -> FsResult<()> {
-        self.dev.flush()?;
-        if let Some(j) = self.journal.as_mut() {
-            j.flushed();
-        }
-        Ok(())
-    }
-
     /// Plans the commit of `writes` (home block, full-block image) and `revokes` atomically:
     /// into the journal, then a flush; the blocks wait for a checkpoint (`checkpoint.rs`),
     /// which this commit runs first when the journal is short of space or the oldest waiting
@@ -252,8 +240,7 @@ impl Inner {
             self.counters.checkpoint_blocks += c.blocks() as u64;
         }
         if let Some(j) = self.journal.as_mut() {
-            j.ckpt_issued = j.seq;
-            j.flushed();
+            j.checkpointed_all();
         }
         c
     }
@@ -434,66 +421,51 @@ fn read_txn(
     let mut revokes = Vec::new();
     let mut deltas = Vec::new();
     for (k, t) in tags.iter().enumerate() {
-        let kind = t.flags & 0xff;
-        if kind == TAG_DELTA {
-            let mut data = blocks[first.count as usize + k].to_vec();
+        // the payload as written (its magic restored), or why the transaction is corrupt
+        let data = {
+            let mut d = blocks[first.count as usize + k].to_vec();
             if t.flags & TAG_ESCAPED != 0 {
-                data[0..4].copy_from_slice(JOURNAL_MAGIC);
+                d[0..4].copy_from_slice(JOURNAL_MAGIC);
             }
-            let list = decode_deltas(&data, t.target)
-                .filter(|l| {
-                    l.iter()
-                        .all(|d| d.target < sb.total_blocks && !sb.log_range().contains(&d.target))
-                })
-                .ok_or_else(|| {
-                    FsError::corrupt(
-                        "journal",
-                        at(k),
-                        format!("transaction {} has a damaged delta record", first.seq),
-                    )
-                })?;
-            deltas.extend(list);
-            continue;
-        }
-        if kind == TAG_REVOKE {
-            let mut data = blocks[first.count as usize + k].to_vec();
-            if t.flags & TAG_ESCAPED != 0 {
-                data[0..4].copy_from_slice(JOURNAL_MAGIC);
+            d
+        };
+        let corrupt = |what: String| FsError::corrupt("journal", at(k), what);
+        let home = |b: u64| b < sb.total_blocks && !sb.log_range().contains(&b);
+        match t.flags & 0xff {
+            TAG_BLOCK if home(t.target) => writes.push((t.target, data)),
+            TAG_BLOCK => {
+                return Err(corrupt(format!(
+                    "transaction {} targets block {}",
+                    first.seq, t.target
+                )))
             }
-            let list = decode_revokes(&data, t.target)
-                .filter(|l| l.iter().all(|b| *b < sb.total_blocks))
-                .ok_or_else(|| {
-                    FsError::corrupt(
-                        "journal",
-                        at(k),
-                        format!("transaction {} has a damaged revoke list", first.seq),
-                    )
-                })?;
-            revokes.extend(list);
-            continue;
-        }
-        if kind != TAG_BLOCK {
-            return Err(FsError::corrupt(
-                "journal",
-                at(k),
-                format!(
+            TAG_REVOKE => revokes.extend(
+                decode_revokes(&data, t.target)
+                    .filter(|l| l.iter().all(|b| *b < sb.total_blocks))
+                    .ok_or_else(|| {
+                        corrupt(format!(
+                            "transaction {} has a damaged revoke list",
+                            first.seq
+                        ))
+                    })?,
+            ),
+            TAG_DELTA => deltas.extend(
+                decode_deltas(&data, t.target)
+                    .filter(|l| l.iter().all(|d| home(d.target)))
+                    .ok_or_else(|| {
+                        corrupt(format!(
+                            "transaction {} has a damaged delta record",
+                            first.seq
+                        ))
+                    })?,
+            ),
+            _ => {
+                return Err(corrupt(format!(
                     "transaction {} has a record kind this version cannot replay",
                     first.seq
-                ),
-            ));
+                )))
+            }
         }
-        if t.target >= sb.total_blocks || sb.log_range().contains(&t.target) {
-            return Err(FsError::corrupt(
-                "journal",
-                at(k),
-                format!("transaction {} targets block {}", first.seq, t.target),
-            ));
-        }
-        let mut data = blocks[first.count as usize + k].to_vec();
-        if t.flags & TAG_ESCAPED != 0 {
-            data[0..4].copy_from_slice(JOURNAL_MAGIC);
-        }
-        writes.push((t.target, data));
     }
     Ok(Some(Txn {
         checkpointed: first.checkpointed,

@@ -1092,7 +1092,8 @@ impl Inner {
             self.dev.write_at(b * bs, &bytes)?;
             self.counters.meta_blocks_written += 1;
         }
-        self.flush_dev()
+        self.dev.flush()?;
+        Ok(())
     }
 
     fn unmount(&mut self) -> FsResult<()> {
