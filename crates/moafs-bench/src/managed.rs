@@ -219,6 +219,31 @@ fn run(cmd: &mut Command) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Anything left under `backing` (a directory managed targets were made in): its entries, and
+/// the mounts and loop devices whose lines name it. Empty once every target is taken down.
+pub fn leftovers(backing: &Path) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir(backing)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path().display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let tag = backing.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    found.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(String::from),
+    );
+    if let Ok(loops) = Command::new("losetup").arg("-a").output() {
+        let loops = String::from_utf8_lossy(&loops.stdout);
+        found.extend(loops.lines().filter(|l| l.contains(&tag)).map(String::from));
+    }
+    found
+}
+
 /// Whether `dir` is a mount point (listed in /proc/self/mountinfo).
 pub fn is_mounted(dir: &Path) -> bool {
     // canonicalize() fails with ENOTCONN on a FUSE mount whose daemon died: resolve the

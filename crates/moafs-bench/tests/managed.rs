@@ -2,7 +2,7 @@
 //! device, and nothing is left behind — also when the target is dropped without `finish` or
 //! its FUSE daemon died. moafs itself (whose binary is the moafs crate's) is tested the same
 //! way in crates/moafs/tests/bench.rs.
-use moafs_bench::managed::{Kind, Managed, ManagedOptions, LOOP_READAHEAD_SECTORS};
+use moafs_bench::managed::{leftovers, Kind, Managed, ManagedOptions, LOOP_READAHEAD_SECTORS};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,30 +49,6 @@ fn create(kind: Kind, backing: &Path) -> Managed {
         moafs_options: String::new(),
     })
     .unwrap()
-}
-
-/// Anything of ours left under `backing`: files, mounts, loop devices over its images.
-fn leftovers(backing: &Path) -> Vec<String> {
-    let mut found: Vec<String> = std::fs::read_dir(backing)
-        .unwrap()
-        .map(|e| e.unwrap().path().display().to_string())
-        .collect();
-    let tag = backing.display().to_string();
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    found.extend(
-        mounts
-            .lines()
-            .filter(|l| l.contains(&tag))
-            .map(String::from),
-    );
-    let loops = Command::new("losetup").arg("-a").output().unwrap();
-    found.extend(
-        String::from_utf8_lossy(&loops.stdout)
-            .lines()
-            .filter(|l| l.contains(&tag))
-            .map(String::from),
-    );
-    found
 }
 
 /// A small workload: files written and fsynced, one removed.

@@ -1,4 +1,5 @@
 //! `moafs bench` from the command line: the report, and errors for bad input.
+use moafs_bench::managed::leftovers;
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_moafs");
@@ -117,30 +118,6 @@ fn have(prog: &str) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
-}
-
-/// Anything of ours left behind under `backing`: work directories, mounts, loop devices.
-fn leftovers(backing: &std::path::Path) -> Vec<String> {
-    let mut found: Vec<String> = std::fs::read_dir(backing)
-        .unwrap()
-        .map(|e| e.unwrap().path().display().to_string())
-        .collect();
-    let tag = backing.display().to_string();
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    found.extend(
-        mounts
-            .lines()
-            .filter(|l| l.contains(&tag))
-            .map(String::from),
-    );
-    let loops = Command::new("losetup").arg("-a").output().unwrap();
-    found.extend(
-        String::from_utf8_lossy(&loops.stdout)
-            .lines()
-            .filter(|l| l.contains(&tag))
-            .map(String::from),
-    );
-    found
 }
 
 #[test]

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use moafs_bench::managed::leftovers;
 use nix::sys::signal::Signal;
 use std::collections::BTreeSet;
 use std::fs;
@@ -258,30 +259,6 @@ fn sigterm_unmounts_and_engine_options_are_refused() {
     assert_eq!(fs::read(src.join("f")).unwrap(), b"data");
     assert!(!mnt.with_extension("pid").exists(), "pid file left behind");
     m.unmount();
-}
-
-/// Anything left under `backing`: files, mounts, loop devices.
-fn leftovers(backing: &Path) -> Vec<String> {
-    let mut found: Vec<String> = fs::read_dir(backing)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    let tag = backing.display().to_string();
-    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    found.extend(
-        mounts
-            .lines()
-            .filter(|l| l.contains(&tag))
-            .map(String::from),
-    );
-    let loops = Command::new("losetup").arg("-a").output().unwrap();
-    found.extend(
-        String::from_utf8_lossy(&loops.stdout)
-            .lines()
-            .filter(|l| l.contains(&tag))
-            .map(String::from),
-    );
-    found
 }
 
 fn bench(backing: &Path, args: &[&str]) -> std::process::Output {

@@ -246,7 +246,9 @@ impl Checkpoints {
 
     /// The blocks among `ranges` ((first, count), any order) the journal holds images of:
     /// the commit being planned revokes them (freed, or written home directly by it). Marked
-    /// revoked (never checkpointed) and forgotten when that commit ends.
+    /// revoked — no delta is made against them, a write to them passes the view's guard, and
+    /// a checkpoint in this commit writes their committed image before the commit's own
+    /// write — and forgotten when that commit ends.
     pub fn revoke(&mut self, ranges: impl IntoIterator<Item = (u64, u64)>) -> Vec<u64> {
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
         if map.is_empty() {

@@ -38,7 +38,7 @@ pub(crate) struct CommitIo {
     data: Vec<(u64, Vec<Block>)>,
     /// A flush after the data, before anything that points at it.
     order_flush: bool,
-    /// Journaled blocks written home by this commit, before its flush (`checkpoint.rs`).
+    /// Journaled blocks this commit writes home before anything else (`checkpoint.rs`).
     ckpt: Option<Checkpoint>,
     txn: TxnIo,
 }

@@ -112,8 +112,8 @@ pub(crate) struct Inner {
     /// Co-writing moved overwritten data since the last commit: order data before metadata
     /// in this commit whatever the journal mode.
     pub order_data_once: bool,
-    /// The commit being planned is small (`commit.rs`, `SMALL_COMMIT_BLOCKS`): with
-    /// `journal=ordered` its new data blocks go into the transaction too.
+    /// The commit being planned is small (at most `small_commit_blocks` dirty blocks,
+    /// `commit.rs`): with `journal=ordered` its new data blocks go into the transaction too.
     pub small_commit: bool,
     /// Inodes looked at or changed since the last commit started (`inode()` records them):
     /// a commit visits these, never every inode in memory.
