@@ -308,18 +308,18 @@ pub fn encode_txn<'a, B: AsRef<[u8]>>(
 }
 
 /// [`encode_txn`] with a revoke list (`TAG_REVOKE` payload blocks after the images) and
-/// delta records (`TAG_DELTA` payload blocks, last).
+/// delta records packed by [`pack_deltas`] (`TAG_DELTA` payload blocks, last).
 pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
     seq: u64,
     checkpointed: u64,
     writes: &'a [(u64, B)],
     revokes: &[u64],
-    deltas: &[Delta],
+    deltas: &'a [(u64, Vec<u8>)],
     block_size: u32,
     salt: u64,
 ) -> Vec<Cow<'a, [u8]>> {
     let per = tags_per_descriptor(block_size);
-    let packed = pack_deltas(deltas, block_size);
+    let packed = deltas;
     let n = writes.len() + revoke_blocks(revokes.len(), block_size) + packed.len();
     let count = n.div_ceil(per).max(1);
     let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(txn_blocks(n, block_size));
@@ -345,7 +345,7 @@ pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
         push(list.len() as u64, TAG_REVOKE, Cow::Owned(b));
     }
     for (count, b) in packed {
-        push(count, TAG_DELTA, Cow::Owned(b));
+        push(*count, TAG_DELTA, Cow::Borrowed(&b[..]));
     }
     for i in 0..count {
         let chunk = tags
@@ -437,7 +437,8 @@ mod tests {
         assert!(decode_deltas(&bad, 1).is_none());
         // a whole transaction with deltas: the tags say so
         let writes = vec![(3u64, vec![5u8; bs as usize])];
-        let blocks = encode_txn_with(9, 1, &writes, &[], &many[..2], bs, 5);
+        let two = pack_deltas(&many[..2], bs);
+        let blocks = encode_txn_with(9, 1, &writes, &[], &two, bs, 5);
         let desc = Descriptor::decode(&blocks[0], 5, 0).unwrap().unwrap();
         assert_eq!(desc.payload, 2);
         assert_eq!(desc.tags[1].flags & 0xff, TAG_DELTA);

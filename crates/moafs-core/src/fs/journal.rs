@@ -130,16 +130,13 @@ impl Inner {
                 _ => full.push(true),
             }
         }
-        let size = |full: &[bool], deltas: &[Delta]| {
+        let mut packed = pack_deltas(&deltas, bs as u32);
+        let size = |full: &[bool], packed: &[(u64, Vec<u8>)]| {
             let n_full = full.iter().filter(|f| **f).count();
-            txn_blocks(
-                n_full
-                    + revoke_blocks(revokes.len(), bs as u32)
-                    + pack_deltas(deltas, bs as u32).len(),
-                bs as u32,
-            ) as u64
+            let payload = n_full + revoke_blocks(revokes.len(), bs as u32) + packed.len();
+            txn_blocks(payload, bs as u32) as u64
         };
-        let mut n = size(&full, &deltas);
+        let mut n = size(&full, &packed);
         self.counters.meta_blocks_written += writes.len() as u64;
         let fits = |n: u64, this: &Self| this.journal.as_ref().is_some_and(|j| n <= j.len);
         // Checkpoint now: the journal is short of space (a quarter is kept free for the next
@@ -151,13 +148,13 @@ impl Inner {
         let ckpt = (!fits(n, self) || short || self.ckpt.due())
             .then(|| self.checkpoint_plan())
             .filter(|c| c.blocks() > 0);
-        if ckpt.is_some() && !deltas.is_empty() {
+        if ckpt.is_some() && full.contains(&false) {
             // The checkpoint moves the replay floor past the images the deltas are against:
             // replay would patch them onto home, which a later commit may overwrite in place
             // (data past the journal's share) before its own transaction is durable. Whole.
-            deltas.clear();
+            packed.clear();
             full.fill(true);
-            n = size(&full, &deltas);
+            n = size(&full, &packed);
         }
         self.counters.delta_blocks += full.iter().filter(|f| !**f).count() as u64;
         let fits = fits(n, self);
@@ -225,7 +222,7 @@ impl Inner {
                 salt: j.salt,
                 home,
                 revokes,
-                deltas,
+                deltas: packed,
             },
         )
     }
@@ -312,7 +309,8 @@ pub(crate) enum TxnIo {
         salt: u64,
         home: Vec<(u64, Image)>,
         revokes: Vec<u64>,
-        deltas: Vec<Delta>,
+        /// Delta records, packed into payload blocks (`pack_deltas`).
+        deltas: Vec<(u64, Vec<u8>)>,
     },
 }
 
