@@ -97,7 +97,13 @@ fn gated(mem: &Arc<MemDevice>) -> (Arc<Gate>, Arc<Fs>) {
         cv: std::sync::Condvar::new(),
     });
     let dev = gate.clone() as Arc<dyn BlockDevice>;
-    let fs = Arc::new(Fs::mount(dev, MountOptions::default()).unwrap());
+    // Data does not age here (`fs/aging.rs`): write-behind takes every large file's new
+    // blocks, young or not (tests/aging.rs has write-behind with young data).
+    let opts = MountOptions {
+        dirty_expire_ms: 0,
+        ..MountOptions::default()
+    };
+    let fs = Arc::new(Fs::mount(dev, opts).unwrap());
     (gate, fs)
 }
 

@@ -8,7 +8,8 @@ pub(crate) struct MountArgs {
     #[arg(short = 'f')]
     pub(crate) foreground: bool,
     /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
-    /// flush_interval_ms=, checkpoint_interval_ms= (how long journaled metadata may wait to
+    /// flush_interval_ms=, dirty_expire_ms= (file data younger than this stays in memory at
+    /// the write-back timer's commits, default 30000, 0: never), checkpoint_interval_ms= (how long journaled metadata may wait to
     /// be written home, default 30000), small_commit_blocks=N (a commit of at most N dirty
     /// data blocks carries them in its transaction with journal=ordered, default 64, 0: never),
     /// cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
@@ -202,6 +203,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                 p.engine.cowrite_max = n;
             }
             "flush_interval_ms" => p.engine.flush_interval_ms = num(k, v)?,
+            "dirty_expire_ms" => p.engine.dirty_expire_ms = num(k, v)?,
             "checkpoint_interval_ms" => p.engine.checkpoint_interval_ms = num(k, v)?,
             "small_commit_blocks" => p.engine.small_commit_blocks = num(k, v)?,
             "journal" => {

@@ -77,6 +77,10 @@ impl Inner {
         let mut files = self.dirty_order.clone();
         files.sort_unstable();
         files.dedup();
+        // Young data (`aging.rs`) is left in memory until dirty data passes half its bound:
+        // the kernel's background write-back threshold below the one writers wait at.
+        let background = self.book.dirty() * bs > self.opts.dirty_bytes_max / 2;
+        let now = std::time::Instant::now();
         for ino in files {
             let Some(node) = self.inodes.get(&ino) else {
                 continue;
@@ -85,6 +89,7 @@ impl Inner {
             if node.cache.dirty_count() == 0
                 || node.kind_mode() != libc::S_IFREG
                 || size <= N_DIRECT as u64 * bs
+                || (!background && self.aging.young(ino, now))
             {
                 continue;
             }
@@ -100,6 +105,8 @@ impl Inner {
                 continue;
             }
             let placed = self.place_blocks(ino, fresh)?;
+            // addresses past its disk size: its inode must carry its size next (`aging.rs`)
+            self.aging.make_due(ino);
             let node = self.inode(ino)?;
             if node.meta_reserved && node.d.indirect[0] != 0 {
                 // The single indirect block promised at write() has its address now (a commit

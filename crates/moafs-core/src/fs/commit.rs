@@ -68,8 +68,60 @@ impl CommitIo {
 }
 
 impl Inner {
-    pub(crate) fn has_dirty(&self) -> bool {
-        self.has_unsaved() || self.alloc.has_pending()
+    /// The files whose data this commit holds back (`aging.rs`), in the order they became
+    /// dirty, taken out of `dirty_order`: none unless the write-back timer started it.
+    fn hold_young(&mut self) -> Vec<u64> {
+        let mut held = Vec::new();
+        if self.aging.begin_commit(self.over_dirty_max()) {
+            let now = Instant::now();
+            let (h, rest): (Vec<u64>, Vec<u64>) = std::mem::take(&mut self.dirty_order)
+                .into_iter()
+                .partition(|&ino| self.may_hold(ino, now));
+            self.dirty_order = rest;
+            held = h;
+        }
+        self.aging.held(&held);
+        held
+    }
+
+    /// A regular file with young dirty data none of which the byte log knows (`aging.rs`).
+    fn may_hold(&self, ino: u64, now: Instant) -> bool {
+        self.aging.young(ino, now)
+            && self.inodes.get(&ino).is_some_and(|n| {
+                n.kind_mode() == libc::S_IFREG
+                    && n.cache.dirty_count() > 0
+                    && n.cache.dirty_below(u64::MAX).all(|i| {
+                        n.cache.get(&i).is_some_and(|b| {
+                            !b.logged && b.since == 0 && !b.tiered && !b.homeless && !b.unknown
+                        })
+                    })
+            })
+    }
+
+    /// Whether the write-back timer has anything to commit: a change other than young data
+    /// a commit would hold back.
+    pub(crate) fn timer_has_work(&self) -> bool {
+        if self.alloc.has_pending()
+            || !self.dead.is_empty()
+            || !self.ind_dirty.is_empty()
+            || self.alloc.groups.iter().any(|g| g.dirty)
+        {
+            return true;
+        }
+        let now = Instant::now();
+        self.touched.iter().any(|i| {
+            self.inodes.get(i).is_some_and(|n| {
+                n.dirty
+                    || n.xattr_dirty
+                    || n.dir.as_ref().is_some_and(|d| d.any_dirty)
+                    || (n.cache.dirty_count() > 0 && !self.may_hold(*i, now))
+            })
+        }) || self.dirty_order.iter().any(|i| {
+            self.inodes
+                .get(i)
+                .is_some_and(|n| n.cache.dirty_count() > 0)
+                && !self.may_hold(*i, now)
+        })
     }
 
     /// Changes not yet in a commit (pending frees aside). Looks at the inodes touched since
@@ -94,6 +146,16 @@ impl Inner {
         } else {
             self.epoch_started
         }
+    }
+
+    /// [`Inner::sync_epoch`] for an fsync or sync: the next commit, if it is the one, holds
+    /// no data back (`aging.rs`).
+    pub(crate) fn sync_epoch_all(&mut self) -> u64 {
+        let epoch = self.sync_epoch();
+        if epoch > self.epoch_started {
+            self.aging.write_all();
+        }
+        epoch
     }
 
     /// Commits until every pending free is allocatable again (two commits at most).
@@ -202,13 +264,19 @@ impl Inner {
             let mut seen = std::collections::HashSet::with_capacity(self.dirty_order.len());
             self.dirty_order.retain(|i| seen.insert(*i));
         }
+        // The write-back timer's commit leaves young file data in memory (`aging.rs`).
+        let held = self.hold_young();
+        let held_blocks: u64 = held
+            .iter()
+            .map(|i| self.inodes[i].cache.dirty_count())
+            .sum();
         // A small commit (an fsync's append, a few small files: `small_commit_blocks`)
         // carries its new data blocks in the transaction with `journal=ordered`: one request
         // and one flush instead of data, a flush, the transaction and a flush. They go home
         // at a checkpoint, or never if the file is deleted or rewritten first (revoked).
         self.small_commit = self.opts.journal == JournalMode::Ordered
             && self.journal.is_some()
-            && self.book.dirty() <= self.opts.small_commit_blocks;
+            && self.book.dirty() - held_blocks <= self.opts.small_commit_blocks;
         if self.opts.journal != JournalMode::Data {
             // journal=data carries file data in the transaction instead.
             self.cowrite_dirs()?;
@@ -245,7 +313,7 @@ impl Inner {
                 continue;
             };
             let (data, dir, xattrs) = (
-                n.cache.dirty_count() > 0,
+                n.cache.dirty_count() > 0 && self.aging.disk_size(ino).is_none(),
                 n.dir.as_ref().is_some_and(|d| d.any_dirty),
                 n.xattr_dirty,
             );
@@ -299,8 +367,11 @@ impl Inner {
                 n.meta_reserved = false;
             }
         }
-        // Every inode in memory is clean now: the next commit starts from an empty set.
+        // Every inode in memory is clean now but those with data held back: the next commit
+        // starts from them.
         self.touched.clear();
+        self.touched.extend(held.iter().copied());
+        self.dirty_order = held;
         self.alloc.seal_pending();
         let txn = std::mem::take(&mut self.txn);
         let (ckpt, txn) = self.plan_txn(txn, revokes);
@@ -604,11 +675,19 @@ impl Inner {
         let mut slots: Vec<(u64, DiskInode)> = std::mem::take(&mut self.dead).into_iter().collect();
         for ino in inos {
             if let Some(node) = self.inodes.get_mut(ino) {
+                let held = self.aging.disk_size(*ino);
+                if held.is_none() && node.saved.as_ref().is_some_and(|s| s.size != node.d.size) {
+                    node.dirty = true; // its data was held back: its size goes now
+                }
                 if node.dirty {
                     node.dirty = false;
-                    slots.push((*ino, node.d.clone()));
-                    node.saved = Some(node.d.clone());
-                    node.logged_times = super::node::times(&node.d);
+                    let mut img = node.d.clone();
+                    if let Some(size) = held {
+                        img.size = img.size.min(size); // its data is held back
+                    }
+                    node.logged_times = super::node::times(&img);
+                    node.saved = Some(img.clone());
+                    slots.push((*ino, img));
                 }
             }
         }

@@ -204,6 +204,7 @@ impl Inner {
         let need = newly.iter().filter(|n| **n).count() as u64;
         self.reserve_for(ino, last, need)?;
         let size = self.inode(ino)?.d.size;
+        self.aging.note_write(ino, size);
         for (idx, newly) in (first..=last).zip(newly) {
             let bstart = idx * bs;
             let lo = offset.max(bstart);
@@ -463,6 +464,8 @@ impl Inner {
         }
         let old = self.inode(ino)?.d.size;
         if new_size < old {
+            // its data goes at the next commit (`aging.rs`: the zeroed tail below)
+            self.aging.make_due(ino);
             let keep = new_size.div_ceil(bs);
             self.drop_cached_from(ino, keep)?;
             self.free_from(ino, keep)?;
@@ -494,6 +497,7 @@ impl Inner {
             return Err(FsError::IsDir);
         }
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        self.aging.make_due(ino);
         if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
             if !keep_size || mode & !(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) != 0 {
                 return Err(FsError::NotSupported);

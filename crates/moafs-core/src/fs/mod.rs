@@ -14,6 +14,7 @@
 //! again (`commit.rs`); fsyncs wait for the commit that covers them on `Fs::done`.
 
 pub mod acl;
+mod aging;
 mod alloc;
 pub(crate) use alloc::free_extents;
 mod behind;
@@ -77,6 +78,8 @@ pub(crate) struct Inner {
     pub journal: Option<journal::Journal>,
     /// Journaled blocks waiting to be written home (`checkpoint.rs`); `dev` is its view.
     pub ckpt: checkpoint::Checkpoints,
+    /// Young file data the write-back timer's commits hold back (`aging.rs`).
+    pub aging: aging::Aging,
     /// The byte log (None on images made without one, and on read-only mounts).
     pub bytelog: Option<bytelog::ByteLog>,
     /// fsyncs waiting for the byte log, and the outcomes of those a batch took.
@@ -259,6 +262,7 @@ impl Fs {
             },
             journal: journal::Journal::new(&sb, last_seq),
             ckpt,
+            aging: aging::Aging::new(opts.dirty_expire_ms),
             bytelog_waiting: Default::default(),
             bytelog: if opts.read_only {
                 None
@@ -690,10 +694,11 @@ impl Fs {
     /// one, or the one in flight if that brings dirty data below the threshold).
     fn throttle(&self) -> FsResult<()> {
         let epoch = {
-            let g = self.lock();
+            let mut g = self.lock();
             if !g.over_dirty_max() {
                 return Ok(());
             }
+            g.aging.write_all();
             g.epoch_started + 1
         };
         self.wait_durable(epoch)
@@ -733,7 +738,7 @@ impl Fs {
             let me = std::thread::current().id();
             let batch = g.last_sync_thread.is_some_and(|t| t != me);
             g.last_sync_thread = Some(me);
-            (g.sync_epoch(), batch)
+            (g.sync_epoch_all(), batch)
         };
         self.wait_durable_batched(epoch, batch)
     }
@@ -748,11 +753,11 @@ impl Fs {
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
         let epoch = {
-            let g = self.lock();
+            let mut g = self.lock();
             if self.recording {
                 g.dev.note(crate::device::Note::SyncStart);
             }
-            g.sync_epoch()
+            g.sync_epoch_all()
         };
         self.wait_durable(epoch)?;
         if self.recording {
@@ -788,7 +793,7 @@ impl Fs {
             if g.committing || g.unmounted || g.opts.read_only {
                 return Ok(false);
             }
-            if !due(&g) || !g.has_dirty() {
+            if !due(&g) || !g.timer_has_work() {
                 if due(&g) {
                     g.last_commit = Instant::now();
                 }
@@ -801,10 +806,11 @@ impl Fs {
             }
         }
         let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
-        let g = self.lock();
-        if !due(&g) || !g.has_dirty() {
+        let mut g = self.lock();
+        if !due(&g) || !g.timer_has_work() {
             return Ok(false);
         }
+        g.aging.timer_commit();
         self.run_commit(g, job)?;
         Ok(true)
     }

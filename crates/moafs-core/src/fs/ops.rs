@@ -499,6 +499,7 @@ impl Inner {
             // A file replaced by rename: its successor's data goes before the metadata even
             // with journal=writeback, so write-then-rename never leaves an empty file.
             self.replaced_by_rename = true;
+            self.aging.make_due(src.ino); // ext4's auto_da_alloc
             if dst_dir {
                 let p = self.inode(newparent)?;
                 p.d.nlink = p.d.nlink.saturating_sub(1);

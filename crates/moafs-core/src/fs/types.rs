@@ -233,6 +233,10 @@ pub struct MountOptions {
     pub dirty_bytes_max: u64,
     /// Period of the write-back timer (the adapter calls `Fs::tick`).
     pub flush_interval_ms: u64,
+    /// File data dirtied less than this long ago stays in memory at the write-back timer's
+    /// commits (`aging.rs`; the kernel's `vm.dirty_expire_centisecs`; 0: every commit writes
+    /// all dirty data).
+    pub dirty_expire_ms: u64,
     /// A commit with at most this many dirty data blocks carries its new data blocks in the
     /// transaction with `journal=ordered` (`commit.rs`; 0: never).
     pub small_commit_blocks: u64,
@@ -327,6 +331,7 @@ impl Default for MountOptions {
             cache_bytes: 256 << 20,
             dirty_bytes_max: 64 << 20,
             flush_interval_ms: 5000,
+            dirty_expire_ms: 30_000,
             checkpoint_interval_ms: 30_000,
             small_commit_blocks: 64,
             read_only: false,
