@@ -27,6 +27,11 @@ log shm-after2
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-after2.json > shm-after2.txt 2>&1
 fi
 # then at the delta-records commit (wt-delta), M rebuilt:
+if [ -z "${ONLY_AGING:-}" ]; then
 log disk-delta
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-delta.json > disk-delta.txt 2>&1
+fi
+# then at 0420a5c (data that ages in memory), M rebuilt; moafs also with bigger memory bounds:
+log disk-aging
+$M bench --target 'ext4,moafs,moafs@dirty_max=1G;cache_size=2G' --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-aging.json > disk-aging.txt 2>&1
 log done
