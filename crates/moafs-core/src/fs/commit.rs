@@ -108,13 +108,12 @@ impl Inner {
         {
             return true;
         }
+        // metadata of the inodes touched; data of the files listed dirty (every file with
+        // dirty data is in `dirty_order`)
         let now = Instant::now();
         self.touched.iter().any(|i| {
             self.inodes.get(i).is_some_and(|n| {
-                n.dirty
-                    || n.xattr_dirty
-                    || n.dir.as_ref().is_some_and(|d| d.any_dirty)
-                    || (n.cache.dirty_count() > 0 && !self.may_hold(*i, now))
+                n.dirty || n.xattr_dirty || n.dir.as_ref().is_some_and(|d| d.any_dirty)
             })
         }) || self.dirty_order.iter().any(|i| {
             self.inodes
@@ -313,7 +312,7 @@ impl Inner {
                 continue;
             };
             let (data, dir, xattrs) = (
-                n.cache.dirty_count() > 0 && self.aging.disk_size(ino).is_none(),
+                n.cache.dirty_count() > 0 && !self.aging.holds(ino),
                 n.dir.as_ref().is_some_and(|d| d.any_dirty),
                 n.xattr_dirty,
             );
