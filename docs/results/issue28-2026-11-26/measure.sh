@@ -34,4 +34,6 @@ fi
 # then at 0420a5c (data that ages in memory), M rebuilt; moafs also with bigger memory bounds:
 log disk-aging
 $M bench --target 'ext4,moafs,moafs@dirty_max=1G;cache_size=2G' --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-aging.json > disk-aging.txt 2>&1
+log shm-aging
+$M bench --target ext4,moafs --workload varmail,webproxy,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-aging.json > shm-aging.txt 2>&1
 log done
