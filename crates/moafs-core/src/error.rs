@@ -61,6 +61,11 @@ pub enum FsError {
     /// outside only if space stays short: reported as ENOSPC.
     #[error("no space left on device (frees wait for a commit in flight)")]
     CommitBusy,
+    /// Inside the engine: a warm pass (`fs/fetch.rs`) met a block it would have to read
+    /// from the device; it is read with the engine lock released. Never returned by `Fs`
+    /// (reported as EIO should it be).
+    #[error("I/O error (a block to read outside the engine lock)")]
+    WouldRead,
 }
 
 impl FsError {
@@ -89,6 +94,7 @@ impl FsError {
             FsError::Failed => libc::EIO,
             FsError::Stale { .. } => libc::ESTALE,
             FsError::CommitBusy => libc::ENOSPC,
+            FsError::WouldRead => libc::EIO,
         }
     }
 

@@ -13,6 +13,7 @@ pub(crate) struct MountArgs {
     /// be written home, default 30000), small_commit_blocks=N (a commit of at most N dirty
     /// data blocks carries them in its transaction with journal=ordered, default 64, 0: never),
     /// cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
+    /// unlocked_reads=on|off (cache misses read with the engine lock released, default on),
     /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
     /// bytelog_threshold=SIZE (default 2048), bytelog_writeback=on|off (commits log small
     /// rewrites too, default off), nvm=PATH (an NVM tier for small fsync batches:
@@ -151,6 +152,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             "write_behind" => p.engine.write_behind_bytes = size(k, v)?,
             "cowrite" => p.engine.cowrite = on_off(k, v)?,
             "bytelog" => p.engine.bytelog = on_off(k, v)?,
+            "unlocked_reads" => p.engine.unlocked_reads = on_off(k, v)?,
             "bytelog_writeback" => p.engine.bytelog_writeback = on_off(k, v)?,
             "readahead" => {
                 p.engine.readahead = v
@@ -670,6 +672,10 @@ mod tests {
         assert!(p.fuse.poll_window.is_zero());
         assert!(!p.fuse.default_permissions);
         assert!(p.fuse.attr_ttl.is_zero());
+        assert!(p.engine.unlocked_reads);
+        let p = parse_mount_options(&["unlocked_reads=off".into()]).unwrap();
+        assert!(!p.engine.unlocked_reads);
+        assert!(parse_mount_options(&["unlocked_reads=maybe".into()]).is_err());
         let e = parse_mount_options(&["bogus".into()]).unwrap_err();
         assert_eq!(e, "unknown mount option bogus");
         assert!(parse_mount_options(&["threads=x".into()]).is_err());

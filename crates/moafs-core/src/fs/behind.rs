@@ -203,6 +203,7 @@ impl Fs {
         std::mem::forget(unwinding);
         let mut g = self.lock();
         g.committing = false;
+        g.fetch.changed(); // home blocks written (`fetch.rs`)
         let r = match written {
             Ok(()) => g.finish_write_behind(runs),
             Err(e) => {

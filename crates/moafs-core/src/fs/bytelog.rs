@@ -356,6 +356,31 @@ impl Inner {
         }
     }
 
+    /// Warm pass (`fetch.rs`) for an fsync of `ino` by the byte log: the home copies of the
+    /// dirty blocks that arrived whole without a cached copy (`plan_file` compares them).
+    fn warm_homes(&mut self, ino: u64) {
+        if !matches!(self.bytelog_candidate(ino), Ok(true)) {
+            return;
+        }
+        let unknown: Vec<u64> = {
+            let cache = &self.inodes[&ino].cache;
+            let dirty = cache.dirty_blocks();
+            dirty
+                .into_iter()
+                .filter(|idx| cache.get(idx).is_some_and(|cb| cb.unknown))
+                .take(MAX_HOME_READS)
+                .collect()
+        };
+        let mut scratch = vec![0u8; self.bs()];
+        for idx in unknown {
+            if let Ok(phys) = self.bmap(ino, idx) {
+                if phys != 0 {
+                    let _ = self.read_block(phys, &mut scratch);
+                }
+            }
+        }
+    }
+
     /// What an fsync of `ino` would log (module comment): None when it must commit. Only
     /// with no commit in flight: the caller holds `commit_mx`. Records are numbered from 0
     /// here; the batch numbers them.
@@ -400,7 +425,7 @@ impl Inner {
             }
             let (log, found) = if unknown {
                 // A whole block arrived without a cached copy: the old one is at home.
-                self.dev.read_at(phys * bs as u64, &mut home)?;
+                self.read_block(phys, &mut home)?;
                 self.counters.bytelog_home_reads += 1;
                 let c = units_changed(
                     &home,
@@ -641,6 +666,14 @@ impl Fs {
         if let Some(served) = g.bytelog_waiting.done.remove(&req) {
             return Ok(served);
         }
+        // the home copies the plan compares are read with the engine lock released
+        // (nothing writes home meanwhile: this thread holds `commit_mx`)
+        let mut g = self.warm_from(g, &mut |g| {
+            let inos: Vec<u64> = g.bytelog_waiting.queue.iter().map(|r| r.1).collect();
+            for ino in inos {
+                g.warm_homes(ino);
+            }
+        });
         let reqs = std::mem::take(&mut g.bytelog_waiting.queue);
         let settle = |g: &mut Inner, outcomes: &[(u64, bool)]| {
             for &(r, served) in outcomes {

@@ -212,6 +212,8 @@ impl Inner {
     /// Phase (C): `result` is what (B) returned.
     pub(crate) fn commit_end(&mut self, epoch: u64, result: FsResult<()>) -> FsResult<()> {
         self.committing = false;
+        // home blocks changed, frees become reusable, caches shrink (`fetch.rs`)
+        self.fetch.changed();
         self.ckpt.end(result.is_ok());
         if let Err(e) = result {
             self.fail(&format!("commit {epoch}"), &e);
@@ -740,6 +742,7 @@ impl Inner {
     /// Drops the in-memory state of every inode nobody references and nothing dirty holds
     /// (it is read back from the image when needed).
     pub(crate) fn forget_all_idle_inodes(&mut self) {
+        self.fetch.changed();
         self.inodes.retain(|ino, n| {
             *ino == super::ROOT_INO
                 || n.dirty

@@ -309,6 +309,7 @@ impl Inner {
             return;
         }
         let excess = (self.book.cached() - target) as usize;
+        self.fetch.changed();
         for (ino, idx) in self.book.oldest_clean(excess) {
             if let Some(node) = self.inodes.get_mut(&ino) {
                 if let Some(cb) = node.cache.remove(&mut self.book, ino, idx) {
@@ -327,6 +328,7 @@ impl Inner {
     /// Drops every clean cached data block (after a commit, every block is clean but the
     /// homeless ones, which stay); returns how many were dropped.
     pub(crate) fn drop_clean(&mut self) -> u64 {
+        self.fetch.changed();
         let mut dropped = 0;
         for (ino, node) in self.inodes.iter_mut() {
             dropped += node.cache.drop_clean(&mut self.book, *ino);

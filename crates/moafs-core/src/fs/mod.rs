@@ -7,8 +7,9 @@
 //!
 //! Lock order: `Fs::commit_mx` (held by the one thread running a commit or a write-behind
 //! round, across its phases), then `Fs::inner` (the engine lock), then `Inner::io_gate` (a
-//! reader/writer gate that lets device reads of `Fs::read` run outside the engine lock while
-//! no commit can make their blocks reusable); device implementations have their own internal
+//! reader/writer gate that lets device reads of `Fs::read` and of warm passes (`fetch.rs`:
+//! the cache misses of other operations) run outside the engine lock while no commit can
+//! make their blocks reusable); device implementations have their own internal
 //! locks, taken last. Nobody waits for `commit_mx` while holding the engine lock. A commit
 //! plans under the engine lock, does its device I/O with it released and finishes under it
 //! again (`commit.rs`); fsyncs wait for the commit that covers them on `Fs::done`.
@@ -26,6 +27,7 @@ mod commit;
 mod cowrite;
 mod data;
 mod dir;
+mod fetch;
 mod homeless;
 pub mod journal;
 mod node;
@@ -80,6 +82,8 @@ pub(crate) struct Inner {
     pub ckpt: checkpoint::Checkpoints,
     /// Young file data the write-back timer's commits hold back (`aging.rs`).
     pub aging: aging::Aging,
+    /// Blocks a warm pass read with the engine lock released (`fetch.rs`).
+    pub fetch: fetch::Fetch,
     /// The byte log (None on images made without one, and on read-only mounts).
     pub bytelog: Option<bytelog::ByteLog>,
     /// fsyncs waiting for the byte log, and the outcomes of those a batch took.
@@ -263,6 +267,7 @@ impl Fs {
             journal: journal::Journal::new(&sb, last_seq),
             ckpt,
             aging: aging::Aging::new(opts.dirty_expire_ms),
+            fetch: fetch::Fetch::default(),
             bytelog_waiting: Default::default(),
             bytelog: if opts.read_only {
                 None
@@ -348,7 +353,12 @@ impl Fs {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|e| {
+            // a panic under the lock may have left a warm pass armed (`fetch.rs`)
+            let mut g = e.into_inner();
+            g.fetch.reset();
+            g
+        })
     }
 
     /// Runs a changing operation; when it needs a commit to release frees while another
@@ -356,9 +366,16 @@ impl Fs {
     /// are released and runs it again. An operation returns `CommitBusy` before it changes
     /// anything, or after changes that running it again repeats harmlessly (the blocks of a
     /// fallocate already dirty, the bytes of a write).
-    fn mutate<T>(&self, mut op: impl FnMut(&mut Inner) -> FsResult<T>) -> FsResult<T> {
+    ///
+    /// Each run starts with the warm pass `need` (`fetch.rs`): what the operation reads
+    /// from the device is read with the engine lock released.
+    fn mutate_warm<T>(
+        &self,
+        mut need: impl FnMut(&mut Inner),
+        mut op: impl FnMut(&mut Inner) -> FsResult<T>,
+    ) -> FsResult<T> {
         for _ in 0..3 {
-            let r = op(&mut self.lock());
+            let r = op(&mut self.warm_from(self.lock(), &mut need));
             match r {
                 Err(FsError::CommitBusy) => self.commit_to_free()?,
                 r => return r,
@@ -491,7 +508,9 @@ impl Fs {
     }
 
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
-        let mut g = self.lock();
+        let mut g = self.warm(|g| {
+            g.warm_entry(parent, name, false);
+        });
         let ino = g.lookup_name(parent, name)?;
         g.add_lookup(ino)?;
         let node = g.inode(ino)?;
@@ -502,7 +521,7 @@ impl Fs {
     }
     /// The kernel drops `n` references taken by lookup-like replies.
     pub fn forget(&self, ino: Ino, n: u64) {
-        let mut g = self.lock();
+        let mut g = self.warm(|g| g.warm_reap(ino, n, 0));
         if let Some(node) = g.inodes.get_mut(&ino) {
             node.lookups = node.lookups.saturating_sub(n);
         }
@@ -511,10 +530,14 @@ impl Fs {
         }
     }
     pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
-        self.lock().attr(ino)
+        self.warm(|g| g.warm_inode(ino)).attr(ino)
     }
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
-        self.mutate(|g| {
+        let need = |g: &mut Inner| match set.size {
+            Some(size) => g.warm_truncate(ino, size),
+            None => g.warm_inode(ino),
+        };
+        self.mutate_warm(need, |g| {
             if set.size.is_some() {
                 g.symlink_data_refused(ino)?;
                 g.note_mutated(ino);
@@ -531,27 +554,40 @@ impl Fs {
         rdev: u32,
         who: Caller,
     ) -> FsResult<Attr> {
-        self.mutate(|g| g.make(parent, name, mode, rdev, who, None))
+        self.mutate_warm(
+            |g| g.warm_dir(parent),
+            |g| g.make(parent, name, mode, rdev, who, None),
+        )
     }
     pub fn create(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
-        self.mutate(|g| g.make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None))
+        self.mutate_warm(
+            |g| g.warm_dir(parent),
+            |g| g.make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None),
+        )
     }
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
-        self.mutate(|g| g.make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None))
+        self.mutate_warm(
+            |g| g.warm_dir(parent),
+            |g| g.make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None),
+        )
     }
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], who: Caller) -> FsResult<Attr> {
-        self.mutate(|g| g.make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target)))
+        self.mutate_warm(
+            |g| g.warm_dir(parent),
+            |g| g.make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target)),
+        )
     }
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
         self.lock().readlink(ino)
     }
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
-        let mut g = self.lock();
+        let mut g = self.warm(|g| g.warm_victim(parent, name));
         g.note_victim(parent, name);
         g.remove(parent, name, false)
     }
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
-        self.lock().remove(parent, name, true)
+        self.warm(|g| g.warm_victim(parent, name))
+            .remove(parent, name, true)
     }
     pub fn rename(
         &self,
@@ -561,7 +597,13 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.mutate(|g| {
+        let need = |g: &mut Inner| {
+            g.warm_dir(parent);
+            g.warm_dir(newparent);
+            g.warm_entry(parent, name, true);
+            g.warm_victim(newparent, newname);
+        };
+        self.mutate_warm(need, |g| {
             g.note_victim(newparent, newname);
             g.rename(parent, name, newparent, newname, flags)
         })
@@ -607,16 +649,20 @@ impl Fs {
         Ok(())
     }
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
-        self.mutate(|g| g.link(ino, newparent, newname))
+        let need = |g: &mut Inner| {
+            g.warm_inode(ino);
+            g.warm_dir(newparent);
+        };
+        self.mutate_warm(need, |g| g.link(ino, newparent, newname))
     }
     /// Notes an open file handle (an unlinked inode lives until its last close).
     pub fn open(&self, ino: Ino) -> FsResult<Attr> {
-        let mut g = self.lock();
+        let mut g = self.warm(|g| g.warm_inode(ino));
         g.inode(ino)?.opens += 1;
         g.attr(ino)
     }
     pub fn release(&self, ino: Ino) -> FsResult<()> {
-        let mut g = self.lock();
+        let mut g = self.warm(|g| g.warm_reap(ino, 0, 1));
         if let Some(node) = g.inodes.get_mut(&ino) {
             node.opens = node.opens.saturating_sub(1);
         }
@@ -655,7 +701,7 @@ impl Fs {
         size: u32,
         make: impl FnOnce(usize) -> O,
     ) -> FsResult<O> {
-        let mut g = self.lock();
+        let mut g = self.warm(|g| g.warm_read(ino, offset, size));
         let mut plan = g.read_plan(ino, offset, size, make)?;
         g.touch_atime(ino)?;
         if plan.is_complete() {
@@ -676,7 +722,8 @@ impl Fs {
         Ok(plan.out)
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let (n, wake, over) = self.mutate(|g| {
+        let need = |g: &mut Inner| g.warm_write(ino, offset, data.len() as u64);
+        let (n, wake, over) = self.mutate_warm(need, |g| {
             g.symlink_data_refused(ino)?;
             g.note_mutated(ino);
             let n = g.write(ino, offset, data)?;
@@ -705,11 +752,14 @@ impl Fs {
     }
     /// `mode`: 0, `FALLOC_FL_KEEP_SIZE`, or `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> FsResult<()> {
-        self.mutate(|g| {
-            g.symlink_data_refused(ino)?;
-            g.note_mutated(ino);
-            g.fallocate(ino, offset, len, mode)
-        })?;
+        self.mutate_warm(
+            |g| g.warm_write(ino, offset, len),
+            |g| {
+                g.symlink_data_refused(ino)?;
+                g.note_mutated(ino);
+                g.fallocate(ino, offset, len, mode)
+            },
+        )?;
         self.throttle()
     }
     /// Makes the file durable (`docs/SEMANTICS.md`). A file whose only changes are small
@@ -730,7 +780,7 @@ impl Fs {
             return Ok(());
         }
         let (epoch, batch) = {
-            let mut g = self.lock();
+            let mut g = self.warm(|g| g.warm_inode(ino));
             g.inode(ino)?;
             // jbd2's batching rule: when the last fsync came from another thread, several
             // are syncing, and one that has to commit first waits about one commit's time
@@ -851,13 +901,14 @@ impl Fs {
     /// the file's group: what a write, truncate or fallocate by `who` does. True when the
     /// mode changed.
     pub fn kill_suid(&self, ino: Ino, who: Option<&[u32]>) -> FsResult<bool> {
-        self.lock().kill_suid(ino, who)
+        self.warm(|g| g.warm_inode(ino)).kill_suid(ino, who)
     }
     pub fn statfs(&self) -> StatFs {
         self.lock().statfs()
     }
     pub fn readdir(&self, ino: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
-        self.lock().readdir(ino, offset, max_entries, u64::MAX)
+        self.warm(|g| g.warm_dir(ino))
+            .readdir(ino, offset, max_entries, u64::MAX)
     }
     /// How reads and listings update access times from now on (the FUSE adapter follows the
     /// mount's `noatime`/`relatime`/`strictatime`/`nodiratime`).
@@ -866,14 +917,14 @@ impl Fs {
     }
     /// A listing of directory `ino` begins: its access time follows the policy.
     pub fn note_listing(&self, ino: Ino) -> FsResult<()> {
-        self.lock().touch_atime(ino)
+        self.warm(|g| g.warm_inode(ino)).touch_atime(ino)
     }
     /// The offset that ends a listing started now: [`Fs::readdir_until`] with it returns the
     /// entries the directory holds now that stay, each once, and none made later — so a
     /// listing ends even while every entry it returns is renamed within the directory (which
     /// makes a new entry).
     pub fn readdir_end(&self, ino: Ino) -> FsResult<u64> {
-        self.lock().readdir_end(ino)
+        self.warm(|g| g.warm_dir(ino)).readdir_end(ino)
     }
     /// [`Fs::readdir`] that stops before the offset `end` (from [`Fs::readdir_end`]).
     pub fn readdir_until(
@@ -883,23 +934,27 @@ impl Fs {
         max_entries: usize,
         end: u64,
     ) -> FsResult<Vec<DirEntry>> {
-        self.lock().readdir(ino, offset, max_entries, end)
+        self.warm(|g| g.warm_dir(ino))
+            .readdir(ino, offset, max_entries, end)
     }
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
-        self.mutate(|g| g.setxattr(ino, name, value, flags))
+        self.mutate_warm(
+            |g| g.warm_xattrs(ino),
+            |g| g.setxattr(ino, name, value, flags),
+        )
     }
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
-        self.lock().getxattr(ino, name)
+        self.warm(|g| g.warm_xattrs(ino)).getxattr(ino, name)
     }
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
-        self.lock().listxattr(ino)
+        self.warm(|g| g.warm_xattrs(ino)).listxattr(ino)
     }
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
-        self.lock().removexattr(ino, name)
+        self.warm(|g| g.warm_xattrs(ino)).removexattr(ino, name)
     }
     /// Checks `mask` (R_OK=4, W_OK=2, X_OK=1, F_OK=0) for `who`.
     pub fn access(&self, ino: Ino, mask: u32, who: Caller) -> FsResult<()> {
-        self.lock().access(ino, mask, who)
+        self.warm(|g| g.warm_inode(ino)).access(ino, mask, who)
     }
     /// Writes everything back, frees unlinked inodes, marks the image clean and flushes.
     /// Later calls do nothing.
@@ -1032,12 +1087,6 @@ fn load_groups(
 impl Inner {
     pub(crate) fn bs(&self) -> usize {
         self.alloc.geo.block_size as usize
-    }
-
-    pub(crate) fn read_block(&self, blk: u64, buf: &mut [u8]) -> FsResult<()> {
-        let bs = self.bs() as u64;
-        self.dev.read_at(blk * bs, buf)?;
-        Ok(())
     }
 
     /// The superblock and its backups as of now (pending frees counted free, as on disk).

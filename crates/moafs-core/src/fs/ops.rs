@@ -725,7 +725,10 @@ impl Inner {
         Ok(out)
     }
 
-    fn xattrs(&mut self, ino: u64) -> FsResult<&mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>> {
+    pub(super) fn xattrs(
+        &mut self,
+        ino: u64,
+    ) -> FsResult<&mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>> {
         let bs = self.bs();
         let node = self.inode(ino)?;
         if node.xattrs.is_none() {

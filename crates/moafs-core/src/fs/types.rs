@@ -237,6 +237,9 @@ pub struct MountOptions {
     /// commits (`aging.rs`; the kernel's `vm.dirty_expire_centisecs`; 0: every commit writes
     /// all dirty data).
     pub dirty_expire_ms: u64,
+    /// Cache misses of operations are read with the engine lock released (`fetch.rs`);
+    /// off: under it, as before (for comparisons).
+    pub unlocked_reads: bool,
     /// A commit with at most this many dirty data blocks carries its new data blocks in the
     /// transaction with `journal=ordered` (`commit.rs`; 0: never).
     pub small_commit_blocks: u64,
@@ -332,6 +335,7 @@ impl Default for MountOptions {
             dirty_bytes_max: 64 << 20,
             flush_interval_ms: 5000,
             dirty_expire_ms: 30_000,
+            unlocked_reads: true,
             checkpoint_interval_ms: 30_000,
             small_commit_blocks: 64,
             read_only: false,
@@ -408,6 +412,11 @@ pub struct EngineCounters {
     pub cache_hits: u64,
     pub cache_misses: u64,
     pub evictions: u64,
+    /// Blocks that warm passes read with the engine lock released (`fetch.rs`): kept for
+    /// the operation, and read again because a commit, write-behind round or eviction
+    /// ended meanwhile.
+    pub unlocked_reads: u64,
+    pub unlocked_reads_stale: u64,
     /// Transactions written to the journal, and the journal blocks they took.
     pub journal_commits: u64,
     pub journal_blocks_written: u64,
@@ -485,6 +494,10 @@ impl EngineCounters {
             cache_hits: self.cache_hits.saturating_sub(e.cache_hits),
             cache_misses: self.cache_misses.saturating_sub(e.cache_misses),
             evictions: self.evictions.saturating_sub(e.evictions),
+            unlocked_reads: self.unlocked_reads.saturating_sub(e.unlocked_reads),
+            unlocked_reads_stale: self
+                .unlocked_reads_stale
+                .saturating_sub(e.unlocked_reads_stale),
             journal_commits: self.journal_commits.saturating_sub(e.journal_commits),
             journal_blocks_written: self
                 .journal_blocks_written
