@@ -169,6 +169,8 @@ pub struct SmallWritesConfig {
     pub writes: usize,
     /// fsync the file after every write (group commit's workload).
     pub fsync: bool,
+    /// Each write appends to the file (a log's writer) instead of overwriting at random.
+    pub append: bool,
     pub seed: u64,
 }
 
@@ -200,8 +202,12 @@ pub fn small_writes(
                     let mut lat = Latencies::new();
                     let fh = t.open(&format!("tio/file.{k}"), Mode::ReadWrite)?;
                     let slots = cfg.file_size / cfg.io as u64;
-                    for _ in 0..cfg.writes {
-                        let at = rng.gen_range(0..slots) * cfg.io as u64;
+                    for i in 0..cfg.writes {
+                        let at = if cfg.append {
+                            cfg.file_size + (i * cfg.io) as u64
+                        } else {
+                            rng.gen_range(0..slots) * cfg.io as u64
+                        };
                         let from = rng.gen_range(0..=data.len() - cfg.io);
                         let t0 = Instant::now();
                         t.write_at(&fh, at, &data[from..from + cfg.io])?;

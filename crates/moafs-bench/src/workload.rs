@@ -232,6 +232,10 @@ pub const WORKLOADS: &[(&str, &str)] = &[
     ("fsync-4k-t4", "as fsync-4k-t1 with 4 threads"),
     ("fsync-4k-t8", "as fsync-4k-t1 with 8 threads"),
     (
+        "append-128-t1",
+        "log appends: 1 thread x 1,000 appends of 128 B to its own 4 MiB file, fsync after each",
+    ),
+    (
         "sqlite-delete",
         "SQLite (mobibench): 1,000 single-row 1 KB updates, synchronous FULL, journal DELETE",
     ),
@@ -323,6 +327,7 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
             io: if name == "tio-128" { 128 } else { 1536 },
             writes: n(20_000),
             fsync: false,
+            append: false,
             seed,
         }),
         "fsync-4k-t1" | "fsync-4k-t2" | "fsync-4k-t4" | "fsync-4k-t8" => {
@@ -332,9 +337,19 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
                 io: 4096,
                 writes: n(1000),
                 fsync: true,
+                append: false,
                 seed,
             })
         }
+        "append-128-t1" => Spec::SmallWrites(SmallWritesConfig {
+            threads: 1,
+            file_size: 4 << 20,
+            io: 128,
+            writes: n(1000),
+            fsync: true,
+            append: true,
+            seed,
+        }),
         "sqlite-delete" | "sqlite-wal" => Spec::Sqlite(SqliteConfig {
             journal: if name == "sqlite-wal" {
                 "WAL"

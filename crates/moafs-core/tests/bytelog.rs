@@ -750,3 +750,105 @@ mod writeback {
         assert_eq!(c.data_blocks_written + c.data_blocks_journaled, 3, "{c:?}");
     }
 }
+
+fn set_size(fs: &Fs, ino: u64, size: u64) {
+    let s = SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    fs.setattr(ino, &s).expect("truncate");
+}
+
+#[test]
+fn attributes_go_as_one_record_and_survive_a_power_cut() {
+    // a file that ends inside its last block
+    let (fault, fs, ino, mut model) = setup(opts(), 5 * BS + 100);
+    let c0 = fs.counters();
+    // appends inside the last block (what a log file gets): the size grows, no block is
+    // allocated
+    for k in 0..10u8 {
+        let bytes = vec![b'a' + k; 37];
+        fs.write(ino, model.len() as u64, &bytes).expect("append");
+        model.extend_from_slice(&bytes);
+        fs.fsync(ino, true).expect("fdatasync");
+    }
+    // chmod with the set-user-ID bit, chown
+    let change = SetAttr {
+        mode: Some(0o4751),
+        uid: Some(1000),
+        gid: Some(100),
+        ..Default::default()
+    };
+    fs.setattr(ino, &change).expect("setattr");
+    fs.fsync(ino, false).expect("fsync");
+    let c = fs.counters().since(&c0);
+    assert_eq!((c.commits, c.bytelog_fsyncs), (0, 11), "{c:?}");
+    // each fsync one sector: the appended bytes and the attribute record
+    assert_eq!(c.bytelog_sectors, 11, "{c:?}");
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len() + BS);
+    assert!(got == model, "an acknowledged append was lost");
+    let a = fs2.getattr(ino).expect("getattr");
+    assert_eq!(
+        (a.size, a.perm, a.uid, a.gid),
+        (model.len() as u64, 0o4751, 1000, 100)
+    );
+    fs2.unmount().expect("unmount");
+}
+
+#[test]
+fn sizes_that_need_no_new_block_are_logged_and_what_they_expose_reads_zero() {
+    let (fault, fs, ino, mut model) = setup(opts(), 4 * BS + 1000);
+    let c0 = fs.counters();
+    // shrink inside the last block: its tail is zeroed, no block is freed
+    set_size(&fs, ino, 4 * BS as u64 + 10);
+    model.truncate(4 * BS + 10);
+    fs.fsync(ino, false).expect("fsync");
+    // grow into a hole: the zeroed tail and the hole read as zeros
+    set_size(&fs, ino, 1 << 20);
+    model.resize(1 << 20, 0);
+    fs.fsync(ino, false).expect("fsync");
+    let c = fs.counters().since(&c0);
+    assert_eq!((c.commits, c.bytelog_fsyncs), (0, 2), "{c:?}");
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len() + BS);
+    assert_eq!(fs2.getattr(ino).expect("getattr").size, 1 << 20);
+    assert!(got == model, "the size or the bytes it exposes are wrong");
+    fs2.unmount().expect("unmount");
+    // an append that needs a block still commits (`fsync_commits_what_the_byte_log_cannot_take`)
+}
+
+#[test]
+fn a_timer_commit_after_a_logged_size_does_not_write_the_older_one() {
+    // Young data (`aging.rs`) is held back by the timer's commits with the size from before
+    // it. An fsync the byte log served made that data's size durable: the next timer commit
+    // must not write the older size over it (and move the log's floor past the record).
+    let o = MountOptions {
+        flush_interval_ms: 1,
+        ..opts()
+    };
+    let (fault, fs, ino, mut model) = setup(o, 5 * BS + 100);
+    fs.drop_caches().expect("drop caches");
+    // a whole page without a cached copy, the same bytes and zeros after them: the size
+    // grows to the end of the block, and the comparison with home finds nothing to log
+    let mut page = model[5 * BS..].to_vec();
+    page.resize(BS, 0);
+    fs.write(ino, 5 * BS as u64, &page).expect("write");
+    model.resize(6 * BS, 0);
+    let c0 = fs.counters();
+    fs.fsync(ino, true).expect("fdatasync");
+    let c = fs.counters().since(&c0);
+    assert_eq!(
+        (c.commits, c.bytelog_fsyncs, c.bytelog_records),
+        (0, 1, 1),
+        "{c:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert!(fs.tick().expect("tick"), "the timer committed nothing");
+    assert_eq!(fs.counters().since(&c0).commits, 1);
+    let image = fault.power_cut(CutMode::DropAll).expect("image");
+    let (fs2, got) = recover(image, ino, model.len() + BS);
+    assert_eq!(fs2.getattr(ino).expect("getattr").size, 6 * BS as u64);
+    assert!(got == model);
+    fs2.unmount().expect("unmount");
+}

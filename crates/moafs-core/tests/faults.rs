@@ -303,9 +303,11 @@ fn write_and_flush_errors_fail_every_later_fsync_and_keep_what_was_acknowledged(
                 let ino = files[k].1;
                 let mut cur = files[k].2.last().unwrap().clone();
                 let (off, len) = match step % 4 {
-                    0 => ((step * 37) % 8000, 100),   // the byte log's kind
-                    1 => ((step % 2) * 4096, 4096),   // a whole block
-                    2 => (cur.len(), 700),            // an append
+                    0 => ((step * 37) % 8000, 100), // the byte log's kind
+                    1 => ((step % 2) * 4096, 4096), // a whole block
+                    // an append inside the last block (the byte log's attribute record)
+                    // or into new blocks (a commit)
+                    2 => (cur.len(), if step % 8 == 2 { 700 } else { 5000 }),
                     _ => ((step * 131) % 8000, 2000), // across blocks
                 };
                 let bytes = vec![(step as u8).wrapping_mul(7) | 1; len];

@@ -41,7 +41,7 @@ fn fsync_dir(dir: &Path) {
 /// one while open (an orphan until its close); then the same from four threads at once.
 fn rename_fsync_workload(mnt: &Path) {
     let target = mnt.join("target");
-    for round in 0..40u64 {
+    for round in 0..60u64 {
         let tmp = mnt.join("target.tmp");
         let len = 1000 + (round as usize * 2777) % 40_000;
         let mut f = fs::File::create(&tmp).unwrap();
@@ -57,7 +57,9 @@ fn rename_fsync_workload(mnt: &Path) {
         .append(true)
         .open(&log)
         .unwrap();
-    for round in 0..60u64 {
+    // appends inside the last block go to the byte log as attribute records (few writes
+    // each): enough of them that the log still holds over 10,000 crash states
+    for round in 0..160u64 {
         f.write_all(&pattern(100 + (round as usize * 37) % 700, 1000 + round))
             .unwrap();
         f.sync_data().unwrap();
@@ -318,12 +320,13 @@ fn recorded_rename_fsync_workload_passes_crashcheck() {
     if !can_mount() {
         return;
     }
-    // MOAFS_RECORD_STATES=N checks more (at least 10,000 are checked)
+    // MOAFS_RECORD_STATES=N checks more (at least 10,000 are checked: intervals of one
+    // write, such as a byte-log batch's, have few distinct cuts, so more are asked for)
     let states = std::env::var("MOAFS_RECORD_STATES")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(12_000)
-        .max(12_000);
+        .unwrap_or(16_000)
+        .max(16_000);
     let r = recorded_run("", true, states);
     assert!(states_checked(&r.out) >= 10_000, "{}", r.out);
     let w = WriteLog::read_file(&r.log).unwrap();

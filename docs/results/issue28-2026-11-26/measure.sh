@@ -3,6 +3,7 @@
 # cargo build --release; M = the binary measured (target/release/moafs), B = the binary of the
 # commit before issue 28's engine changes with the same counting (f0be9a4 + the loop-device
 # counting, branch wt-count at 965ffd1), for the before/after rows. Nothing else runs meanwhile.
+# item 5 rows: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 UNLOCKED=1 OUT=docs/results/issue28-2026-11-26 bash measure.sh
 set -u
 M=${M:-$PWD/target/release/moafs}
 B=${B:-}
@@ -32,8 +33,19 @@ log disk-delta
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-delta.json > disk-delta.txt 2>&1
 fi
 # then at 0420a5c (data that ages in memory), M rebuilt; moafs also with bigger memory bounds:
+if [ -z "${UNLOCKED:-}" ]; then
 log disk-aging
 $M bench --target 'ext4,moafs,moafs@dirty_max=1G;cache_size=2G' --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-aging.json > disk-aging.txt 2>&1
 log shm-aging
 $M bench --target ext4,moafs --workload varmail,webproxy,fsync-4k-t1 --backing /dev/shm --duration 20 --reps 3 --json shm-aging.json > shm-aging.txt 2>&1
 log done
+fi
+# then at 609bcd9 (no device reads under the engine lock, item 5), M rebuilt: cache dropped
+# after the mount (paper 002's scenario A), the same binary with unlocked_reads=off as baseline
+if [ -n "${UNLOCKED:-}" ]; then
+log disk-unlocked
+$M bench --target 'moafs@unlocked_reads=off,moafs' --workload fileserver,webserver --cache dropped --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-unlocked.json > disk-unlocked.txt 2>&1
+log shm-unlocked
+$M bench --target 'moafs@unlocked_reads=off,moafs' --workload postmark-quick,varmail --backing /dev/shm --duration 20 --reps 3 --json shm-unlocked.json > shm-unlocked.txt 2>&1
+log done
+fi

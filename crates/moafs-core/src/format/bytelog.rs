@@ -25,6 +25,10 @@ pub const TIMES_LEN: usize = 36;
 /// Record kind (commit batches only): block `home` was written home or freed by the commit
 /// that wrote this batch; earlier records of it are void. No payload.
 pub const KIND_VOID: u16 = 3;
+/// Record kind: the attributes of inode `ino` — mode, owner, group, flags, size and the
+/// three times (`ATTR_LEN` bytes) — whose block map is the last commit's.
+pub const KIND_ATTR: u16 = 4;
+pub const ATTR_LEN: usize = 60;
 /// Batch flag: written by a commit (its write-back), part of that commit: its records count
 /// only if that commit is durable (their sequence numbers are at most the floor its
 /// superblock records).
@@ -50,6 +54,50 @@ pub enum RecordBody {
     Times([(i64, u32); 3]),
     /// Earlier records of block `home` (logical block `block` of `ino` when written) are void.
     Void { block: u64, home: u64 },
+    /// The attributes of the inode (its block map, links and the rest are the image's).
+    Attr(InodeAttrs),
+}
+
+/// The fields of an inode an attribute record carries: what an fsync of a file whose block
+/// map did not change may have changed besides its data (a size within the blocks it maps or
+/// in a hole, a chmod, a chown, a set-id bit a write cleared, flags, times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InodeAttrs {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub flags: u32,
+    pub size: u64,
+    /// atime, mtime, ctime as (seconds, nanoseconds).
+    pub times: [(i64, u32); 3],
+}
+
+impl InodeAttrs {
+    pub fn of(d: &super::DiskInode) -> InodeAttrs {
+        InodeAttrs {
+            mode: d.mode,
+            uid: d.uid,
+            gid: d.gid,
+            flags: d.flags,
+            size: d.size,
+            times: [d.atime, d.mtime, d.ctime],
+        }
+    }
+
+    /// Sets these fields of `d`.
+    pub fn apply(&self, d: &mut super::DiskInode) {
+        (d.mode, d.uid, d.gid, d.flags, d.size) =
+            (self.mode, self.uid, self.gid, self.flags, self.size);
+        [d.atime, d.mtime, d.ctime] = self.times;
+    }
+
+    /// Whether these differ from `o` in anything but the times.
+    pub fn differ_beyond_times(&self, o: &InodeAttrs) -> bool {
+        InodeAttrs {
+            times: o.times,
+            ..*self
+        } != *o
+    }
 }
 
 impl Record {
@@ -62,6 +110,7 @@ impl Record {
             RecordBody::Bytes { data, .. } => data.len(),
             RecordBody::Times(_) => TIMES_LEN,
             RecordBody::Void { .. } => 0,
+            RecordBody::Attr(_) => ATTR_LEN,
         }
     }
     fn encode_into(&self, b: &mut [u8]) {
@@ -97,6 +146,20 @@ impl Record {
                 put_u16(b, 4, KIND_VOID);
                 put_u64(b, 24, *block);
                 put_u64(b, 32, *home);
+            }
+            RecordBody::Attr(a) => {
+                put_u16(b, 4, KIND_ATTR);
+                put_u32(b, 44, ATTR_LEN as u32);
+                let p = &mut b[RECORD_HEADER..RECORD_HEADER + ATTR_LEN];
+                put_u32(p, 0, a.mode);
+                put_u32(p, 4, a.uid);
+                put_u32(p, 8, a.gid);
+                put_u32(p, 12, a.flags);
+                put_u64(p, 16, a.size);
+                for (i, (s, ns)) in a.times.iter().enumerate() {
+                    put_u64(p, 24 + i * 12, *s as u64);
+                    put_u32(p, 32 + i * 12, *ns);
+                }
             }
         }
         let crc = super::crc_with_hole(b, 48, self.seq);
@@ -145,6 +208,22 @@ impl Record {
                 block: get_u64(b, 24),
                 home: get_u64(b, 32),
             },
+            KIND_ATTR if plen == ATTR_LEN => {
+                let t = |i: usize| {
+                    (
+                        get_u64(payload, 24 + i * 12) as i64,
+                        get_u32(payload, 32 + i * 12),
+                    )
+                };
+                RecordBody::Attr(InodeAttrs {
+                    mode: get_u32(payload, 0),
+                    uid: get_u32(payload, 4),
+                    gid: get_u32(payload, 8),
+                    flags: get_u32(payload, 12),
+                    size: get_u64(payload, 16),
+                    times: [t(0), t(1), t(2)],
+                })
+            }
             _ => return None,
         };
         Some((Record { seq, ino, body }, len))
@@ -362,6 +441,18 @@ mod tests {
                 ino: 12,
                 body: RecordBody::Times([(1, 2), (3, 4), (-5, 6)]),
             },
+            Record {
+                seq: 9,
+                ino: 13,
+                body: RecordBody::Attr(InodeAttrs {
+                    mode: 0o104755,
+                    uid: 1000,
+                    gid: u32::MAX,
+                    flags: 3,
+                    size: (1 << 40) + 5,
+                    times: [(-1, 999_999_999), (1 << 33, 1), (7, 0)],
+                }),
+            },
         ]
     }
 
@@ -402,7 +493,7 @@ mod tests {
     fn a_record_count_beyond_the_bytes_is_refused_before_allocating() {
         let b = encode_batch(&sample(), 99);
         let bytes = get_u32(&b, 16) as usize;
-        for count in [u32::MAX, 1 << 24, 3] {
+        for count in [u32::MAX, 1 << 24, sample().len() as u32 + 1] {
             let mut c = b.clone();
             c[4..8].copy_from_slice(&count.to_le_bytes());
             let crc = crate::format::crc_with_hole(&c[..bytes], 28, 99);

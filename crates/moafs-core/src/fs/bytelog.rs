@@ -1,8 +1,11 @@
 //! Two-level logging (paper 003): the per-file fsync path and the byte log.
 //!
 //! An fsync of a file whose only changes since the last commit are overwrites of blocks
-//! already on disk, and its times, does not commit the file system: it appends records to
-//! the byte log as one batch of whole 512-byte sectors and flushes. A block with fewer than
+//! already on disk and its attributes — mode, owner, flags, times, and a size that needs no
+//! new block (an append within the last block, a truncate within it or into a hole) — does
+//! not commit the file system: it appends records to the byte log as one batch of whole
+//! 512-byte sectors and flushes (issue 28's small logical records, as ext4's fast commit:
+//! the attributes go as one record of 60 bytes, the times alone as one of 36). A block with fewer than
 //! `bytelog_threshold` bytes changed since it was last logged (counted in 128-byte units,
 //! `cache.rs`; as the paper, whose byte-logged page is clean again until its next change)
 //! gets records of the changed bytes; a block with more gets one whole-block record (the
@@ -15,8 +18,13 @@
 //! - The per-file path runs as a job of the committer (it holds `Fs::commit_mx` and marks
 //!   `committing` during its I/O), so no commit is in flight: the durable state is the last
 //!   commit's, and the file's inode (block map included) is what that commit wrote (`saved`:
-//!   anything but the times differing sends the fsync to the committer). A record names the
-//!   home block its bytes belong to, durable at that moment.
+//!   anything but the attributes an attribute record carries differing sends the fsync to
+//!   the committer). A record names the home block its bytes belong to, durable at that
+//!   moment; an attribute record is applied to that inode as the commit wrote it. A size
+//!   that grew shows bytes of blocks the commit wrote, which are zero past the old size (the
+//!   cache's blocks are zero past the end of file, and commits write them whole), or holes.
+//!   A file whose fsync the byte log served is made due (`aging.rs`): the next commit writes
+//!   its data and real size, never the older size of young data.
 //! - Every commit's superblock carries the byte log's *floor* (the last record sequence
 //!   number before the commit took its snapshot: the snapshot holds those bytes) and *tail*
 //!   (where later records begin). Replay applies, after the journal, the records above the
@@ -27,14 +35,13 @@
 //!   commit and the head); no room sends the fsync to the committer, which empties the log.
 
 use super::cache::{units_changed, Units, UNIT};
-use super::node::times;
 use super::{Fs, Inner, JournalMode};
 use crate::device::{BlockDevice, Nvm};
 use crate::error::{FsError, FsResult};
 use crate::format::bytelog::{
     batch_bytes, batch_header_bytes, batch_salt, batch_sectors, decode_batch, encode_batch,
-    encode_batch_in, tier_batch_salt, Batch, Record, RecordBody, TierHeader, LOG_SECTOR,
-    TIER_HEADER,
+    encode_batch_in, tier_batch_salt, Batch, InodeAttrs, Record, RecordBody, TierHeader,
+    LOG_SECTOR, TIER_HEADER,
 };
 use crate::format::{Bounds, DiskInode, Geometry, Superblock, INODE_BYTES};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -203,7 +210,7 @@ impl ByteLog {
                 RecordBody::Void { home, .. } => {
                     self.recorded.remove(&home);
                 }
-                RecordBody::Times(_) => {}
+                RecordBody::Times(_) | RecordBody::Attr(_) => {}
             }
         }
     }
@@ -298,7 +305,8 @@ pub(crate) struct FilePlan {
     records: Vec<Record>,
     logs: Vec<LogBlock>,
     newly_logged: u64,
-    times: [(i64, u32); 3],
+    /// The attributes durable once the batch is (`Inode::logged`).
+    attrs: InodeAttrs,
     data_bytes: u64,
 }
 
@@ -393,13 +401,15 @@ impl Inner {
         let Some(saved) = &node.saved else {
             return Ok(None);
         };
+        // Anything but what an attribute record carries differing from the last commit's
+        // image (the block map above all, links, extended attributes) needs the committer.
         let mut same = node.d.clone();
-        [same.atime, same.mtime, same.ctime] = [saved.atime, saved.mtime, saved.ctime];
+        InodeAttrs::of(saved).apply(&mut same);
         if same != *saved || node.meta_reserved || node.dir.is_some() {
             return Ok(None);
         }
-        let now_times = times(&node.d);
-        let times_changed = now_times != node.logged_times;
+        let attrs = InodeAttrs::of(&node.d);
+        let logged_attrs = node.logged;
         let dirty = node.cache.dirty_blocks();
         let mut blocks = Vec::with_capacity(dirty.len());
         let mut reads = 0;
@@ -448,11 +458,17 @@ impl Inner {
             let cb = node.cache.get(idx).expect("dirty");
             data_bytes += unit_records(ino, *idx, *phys, *units_to_log, &cb.data, &mut records);
         }
-        if times_changed {
+        if attrs != logged_attrs {
+            // the times alone (most fsyncs of overwrites), or every attribute
+            let body = if attrs.differ_beyond_times(&logged_attrs) {
+                RecordBody::Attr(attrs)
+            } else {
+                RecordBody::Times(attrs.times)
+            };
             records.push(Record {
                 seq: records.last().map_or(0, |r| r.seq + 1),
                 ino,
-                body: RecordBody::Times(now_times),
+                body,
             });
         }
         Ok(Some(FilePlan {
@@ -460,7 +476,7 @@ impl Inner {
             records,
             logs,
             newly_logged,
-            times: now_times,
+            attrs,
             data_bytes,
         }))
     }
@@ -568,7 +584,9 @@ impl Inner {
         let batch = on_device.map(|_| first);
         for (_, f) in &files {
             self.note_logged(f.ino, &f.logs, Some(batch));
-            self.inodes.get_mut(&f.ino).expect("loaded").logged_times = f.times;
+            self.inodes.get_mut(&f.ino).expect("loaded").logged = f.attrs;
+            // durable now: a timer commit must not write an older size over it (`aging.rs`)
+            self.aging.make_due(f.ino);
             self.counters.bytelog_data_bytes += f.data_bytes;
         }
         self.counters.bytelog_records += count;
@@ -783,7 +801,7 @@ pub fn plan_bytelog_replay(
             ino: r.ino,
             block: match r.body {
                 RecordBody::Bytes { block, home, .. } => Some((block, home)),
-                RecordBody::Times(_) | RecordBody::Void { .. } => None,
+                RecordBody::Times(_) | RecordBody::Attr(_) | RecordBody::Void { .. } => None,
             },
         });
     }
@@ -939,7 +957,7 @@ pub fn read_live_records(
         let counts = match &r.body {
             RecordBody::Void { .. } => continue,
             _ if r.seq > floor => true,
-            RecordBody::Times(_) => false,
+            RecordBody::Times(_) | RecordBody::Attr(_) => false,
             RecordBody::Bytes { home, .. } => void.get(home).is_none_or(|v| *v < r.seq),
         };
         if counts {
@@ -1014,7 +1032,7 @@ fn apply_record(
             let b = blocks.get_mut(&h).expect("read above");
             b[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
         }
-        RecordBody::Times(t) => {
+        RecordBody::Times(_) | RecordBody::Attr(_) => {
             if !geo.valid_ino(r.ino) {
                 return Err(bad(format!("record {} names inode {}", r.seq, r.ino)));
             }
@@ -1025,11 +1043,23 @@ fn apply_record(
             let mut d = DiskInode::decode_unchecked(slot, r.ino, blk)?;
             if d.is_free() {
                 return Err(bad(format!(
-                    "record {} sets the times of free inode {}",
+                    "record {} sets attributes of free inode {}",
                     r.seq, r.ino
                 )));
             }
-            [d.atime, d.mtime, d.ctime] = *t;
+            match &r.body {
+                RecordBody::Attr(a) => {
+                    if a.mode & libc::S_IFMT != d.mode & libc::S_IFMT {
+                        return Err(bad(format!(
+                            "record {} changes the type of inode {} ({:o} to {:o})",
+                            r.seq, r.ino, d.mode, a.mode
+                        )));
+                    }
+                    a.apply(&mut d);
+                }
+                RecordBody::Times(t) => [d.atime, d.mtime, d.ctime] = *t,
+                _ => unreachable!("matched above"),
+            }
             d.encode_into(slot, r.ino);
         }
         RecordBody::Void { .. } => {} // read_live_records does not return them

@@ -686,7 +686,7 @@ impl Inner {
                     if let Some(size) = held {
                         img.size = img.size.min(size); // its data is held back
                     }
-                    node.logged_times = super::node::times(&img);
+                    node.logged = crate::format::bytelog::InodeAttrs::of(&img);
                     node.saved = Some(img.clone());
                     slots.push((*ino, img));
                 }

@@ -191,19 +191,68 @@ impl Inner {
         Ok(())
     }
 
+    // Each pass first asks, without side effects, whether what it names is in memory
+    // already (the common case: a pass then costs a few hash lookups), and only otherwise
+    // walks the structures that load it.
+
+    /// Whether mapping blocks up to `last` of `ino` reads nothing: the inode is in memory
+    /// and the blocks are direct, or the single indirect block that maps them is cached
+    /// or absent.
+    fn map_resident(&self, ino: u64, last: u64) -> bool {
+        let Some(n) = self.inodes.get(&ino) else {
+            return false;
+        };
+        let direct = crate::format::N_DIRECT as u64;
+        if last < direct {
+            return true;
+        }
+        let per = crate::format::ptrs_per_block(self.alloc.geo.block_size);
+        let ind = n.d.indirect[0] as u64;
+        last < direct + per && (ind == 0 || self.ind.contains_key(&ind))
+    }
+
+    /// Whether block `idx` of `ino` needs no read to be changed in part: cached, or a hole
+    /// of the direct blocks.
+    fn block_resident(&self, ino: u64, idx: u64) -> bool {
+        self.inodes.get(&ino).is_some_and(|n| {
+            n.cache.contains_key(&idx)
+                || (idx < crate::format::N_DIRECT as u64 && n.d.direct[idx as usize] == 0)
+        })
+    }
+
     /// Warm pass: the inode `ino`.
     pub(crate) fn warm_inode(&mut self, ino: u64) {
-        let _ = self.inode(ino);
+        if !self.inodes.contains_key(&ino) {
+            let _ = self.inode(ino);
+        }
     }
 
     /// Warm pass: directory `ino` (its inode and blocks).
     pub(crate) fn warm_dir(&mut self, ino: u64) {
-        let _ = self.dir(ino);
+        if !self
+            .inodes
+            .get(&ino)
+            .is_some_and(|n| n.dir.is_some() || !n.is_dir())
+        {
+            let _ = self.dir(ino);
+        }
     }
 
     /// Warm pass: the entry `name` of directory `parent` and the inode it names (its
     /// directory too when `dirs` and it is one). Returns that inode.
     pub(crate) fn warm_entry(&mut self, parent: u64, name: &[u8], dirs: bool) -> Option<u64> {
+        if name != b"." && name != b".." {
+            if let Some(dir) = self.inodes.get(&parent).and_then(|p| p.dir.as_ref()) {
+                let e = dir.get(name)?;
+                if self
+                    .inodes
+                    .get(&e.ino)
+                    .is_some_and(|c| !(dirs && c.is_dir() && c.dir.is_none()))
+                {
+                    return Some(e.ino);
+                }
+            }
+        }
         let ino = self.lookup_name(parent, name).ok()?;
         if self.inode(ino).ok()?.is_dir() && dirs {
             self.warm_dir(ino);
@@ -213,7 +262,7 @@ impl Inner {
 
     /// Warm pass: the indirect blocks that map blocks `first..=last` of `ino`.
     pub(crate) fn warm_map(&mut self, ino: u64, first: u64, last: u64) {
-        if self.inode(ino).is_err() {
+        if self.map_resident(ino, last) || self.inode(ino).is_err() {
             return;
         }
         // an indirect block maps an aligned run of `per` blocks: one lookup in each run
@@ -230,7 +279,8 @@ impl Inner {
     /// blocks and of the next indirect block's run (readahead may map ahead into it).
     pub(crate) fn warm_read(&mut self, ino: u64, offset: u64, size: u32) {
         let bs = self.bs() as u64;
-        let Ok(node) = self.inode(ino) else {
+        self.warm_inode(ino);
+        let Some(node) = self.inodes.get(&ino) else {
             return;
         };
         let fsize = node.d.size;
@@ -250,7 +300,8 @@ impl Inner {
     /// zeroed).
     pub(crate) fn warm_truncate(&mut self, ino: u64, size: u64) {
         let bs = self.bs() as u64;
-        let Ok(node) = self.inode(ino) else {
+        self.warm_inode(ino);
+        let Some(node) = self.inodes.get(&ino) else {
             return;
         };
         let old = node.d.size;
@@ -259,7 +310,7 @@ impl Inner {
             return;
         }
         self.warm_map(ino, lo / bs, (hi - 1) / bs);
-        if !lo.is_multiple_of(bs) {
+        if !lo.is_multiple_of(bs) && !self.block_resident(ino, lo / bs) {
             self.warm_block(ino, lo / bs);
         }
     }
@@ -271,7 +322,7 @@ impl Inner {
         let Some(ino) = self.warm_entry(parent, name, true) else {
             return;
         };
-        let Ok(node) = self.inode(ino) else {
+        let Some(node) = self.inodes.get(&ino) else {
             return;
         };
         if node.lookups == 0 && node.opens == 0 && (node.is_dir() || node.d.nlink <= 1) {
@@ -301,7 +352,13 @@ impl Inner {
 
     /// Warm pass: the extended attributes of `ino`.
     pub(crate) fn warm_xattrs(&mut self, ino: u64) {
-        let _ = self.xattrs(ino);
+        if !self
+            .inodes
+            .get(&ino)
+            .is_some_and(|n| n.xattrs.is_some() || n.d.xattr_block == 0)
+        {
+            let _ = self.xattrs(ino);
+        }
     }
 
     /// Warm pass: every block mapping of `ino` (what freeing it all reads).
@@ -319,9 +376,10 @@ impl Inner {
     /// Warm pass for a write of `len` bytes at `offset` of `ino`: the mapping, and the old
     /// contents of the first and last block when the write changes them in part.
     pub(crate) fn warm_write(&mut self, ino: u64, offset: u64, len: u64) {
-        if len == 0 || self.inode(ino).is_err() {
+        if len == 0 {
             return;
         }
+        self.warm_inode(ino);
         let bs = self.bs() as u64;
         let Some(end) = offset.checked_add(len) else {
             return;
@@ -337,7 +395,9 @@ impl Inner {
         }
         edges.dedup();
         for idx in edges {
-            self.warm_block(ino, idx);
+            if !self.block_resident(ino, idx) {
+                self.warm_block(ino, idx);
+            }
         }
     }
 

@@ -5,6 +5,7 @@ use super::cache::BlockCache;
 use super::dir::Dir;
 use super::Inner;
 use crate::error::{FsError, FsResult};
+use crate::format::bytelog::InodeAttrs;
 use crate::format::{decode_indirect, ptrs_per_block, Bounds, DiskInode, N_DIRECT};
 use std::collections::BTreeMap;
 
@@ -30,11 +31,12 @@ pub(crate) struct Inode {
     /// known; in memory only): co-writing groups dirty small files by it.
     pub parent_hint: u64,
     /// The inode as the last commit wrote it (or as read from disk); None for an inode no
-    /// commit has written yet. The byte log serves an fsync only when nothing but the times
-    /// differs from it.
+    /// commit has written yet. The byte log serves an fsync only when nothing but the
+    /// attributes of an attribute record differs from it (`bytelog.rs`).
     pub saved: Option<DiskInode>,
-    /// The times (atime, mtime, ctime) durable by the last commit or byte-log record.
-    pub logged_times: [(i64, u32); 3],
+    /// The attributes (mode, owner, flags, size, times) durable by the last commit or
+    /// byte-log record.
+    pub logged: InodeAttrs,
 }
 
 impl Inode {
@@ -42,7 +44,7 @@ impl Inode {
     pub fn new(d: DiskInode, saved: bool) -> Inode {
         Inode {
             saved: saved.then(|| d.clone()),
-            logged_times: times(&d),
+            logged: InodeAttrs::of(&d),
             d,
             dirty: false,
             lookups: 0,
@@ -71,11 +73,6 @@ impl Inode {
     pub fn kind_mode(&self) -> u32 {
         self.d.mode & libc::S_IFMT
     }
-}
-
-/// An inode's (atime, mtime, ctime).
-pub(crate) fn times(d: &DiskInode) -> [(i64, u32); 3] {
-    [d.atime, d.mtime, d.ctime]
 }
 
 /// A cached indirect block.
