@@ -852,3 +852,25 @@ fn a_timer_commit_after_a_logged_size_does_not_write_the_older_one() {
     assert!(got == model);
     fs2.unmount().expect("unmount");
 }
+
+#[test]
+fn a_page_written_back_to_the_end_of_file_logs_only_what_changed() {
+    // The kernel's writeback sends an appended log's last page from its start to the end
+    // of file: 3,037 bytes of which only the last 37 are new.
+    let (fault, fs, ino, mut model) = setup(opts(), 5 * BS + 3000);
+    let mut range = model[5 * BS..].to_vec();
+    range.extend_from_slice(&[b'z'; 37]);
+    let c0 = fs.counters();
+    fs.write(ino, 5 * BS as u64, &range).expect("write");
+    model.extend_from_slice(&[b'z'; 37]);
+    fs.fsync(ino, true).expect("fdatasync");
+    let c = fs.counters().since(&c0);
+    assert_eq!((c.commits, c.bytelog_fsyncs), (0, 1), "{c:?}");
+    // bytes 3000..3037 lie in one 128-byte unit: one record of it, not the whole block
+    assert_eq!(
+        (c.bytelog_whole_blocks, c.bytelog_data_bytes),
+        (0, 128),
+        "{c:?}"
+    );
+    survives(&fault, ino, &model);
+}

@@ -4,6 +4,7 @@
 # commit before issue 28's engine changes with the same counting (f0be9a4 + the loop-device
 # counting, branch wt-count at 965ffd1), for the before/after rows. Nothing else runs meanwhile.
 # item 5 rows: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 UNLOCKED=1 OUT=docs/results/issue28-2026-11-26 bash measure.sh
+# item 3 and 5 rows at 3cc9d07: the same with ATTR=1 instead of UNLOCKED=1, and B= the before binary; then ATTR2=1
 set -u
 M=${M:-$PWD/target/release/moafs}
 B=${B:-}
@@ -33,7 +34,7 @@ log disk-delta
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-delta.json > disk-delta.txt 2>&1
 fi
 # then at 0420a5c (data that ages in memory), M rebuilt; moafs also with bigger memory bounds:
-if [ -z "${UNLOCKED:-}" ]; then
+if [ -z "${UNLOCKED:-}${ATTR:-}${ATTR2:-}" ]; then
 log disk-aging
 $M bench --target 'ext4,moafs,moafs@dirty_max=1G;cache_size=2G' --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-aging.json > disk-aging.txt 2>&1
 log shm-aging
@@ -47,5 +48,31 @@ log disk-unlocked
 $M bench --target 'moafs@unlocked_reads=off,moafs' --workload fileserver,webserver --cache dropped --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-unlocked.json > disk-unlocked.txt 2>&1
 log shm-unlocked
 $M bench --target 'moafs@unlocked_reads=off,moafs' --workload postmark-quick,varmail --backing /dev/shm --duration 20 --reps 3 --json shm-unlocked.json > shm-unlocked.txt 2>&1
+log done
+fi
+# then at 3cc9d07 (attribute records, item 3 in part; warm passes with quick checks), M rebuilt;
+# B = 609bcd9 with 3cc9d07's append-128-t1 workload (crates/moafs-bench only) for the before rows
+if [ -n "${ATTR:-}" ]; then
+log disk-attr
+$M bench --target ext4,moafs --workload append-128-t1,fsync-4k-t1,varmail --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-attr.json > disk-attr.txt 2>&1
+log disk-attr-before
+$B bench --target ext4,moafs --workload append-128-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-attr-before.json > disk-attr-before.txt 2>&1
+log shm-attr
+$M bench --target ext4,moafs --workload append-128-t1 --backing /dev/shm --reps 3 --json shm-attr.json > shm-attr.txt 2>&1
+log shm-attr-before
+$B bench --target ext4,moafs --workload append-128-t1 --backing /dev/shm --reps 3 --json shm-attr-before.json > shm-attr-before.txt 2>&1
+log disk-cold
+$M bench --target 'moafs@unlocked_reads=off,moafs' --workload fileserver,postmark-quick --cache cold --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-cold.json > disk-cold.txt 2>&1
+log shm-warm
+$M bench --target 'moafs@unlocked_reads=off,moafs' --workload postmark-quick,varmail --backing /dev/shm --duration 20 --reps 3 --json shm-warm.json > shm-warm.txt 2>&1
+log done
+fi
+# then with partial writes compared unit by unit (the page the kernel writes back up to the end
+# of file), M rebuilt
+if [ -n "${ATTR2:-}" ]; then
+log disk-attr2
+$M bench --target ext4,moafs --workload append-128-t1,varmail --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-attr2.json > disk-attr2.txt 2>&1
+log shm-attr2
+$M bench --target ext4,moafs --workload append-128-t1 --backing /dev/shm --reps 3 --json shm-attr2.json > shm-attr2.txt 2>&1
 log done
 fi

@@ -41,6 +41,23 @@ pub(crate) fn units_changed(old: &[u8], new: &[u8]) -> Units {
     u
 }
 
+/// The units in which the bytes at `start..` of a block (`old`: what it held there) and `new`
+/// (what is written there) differ.
+pub(crate) fn units_changed_at(start: usize, old: &[u8], new: &[u8]) -> Units {
+    let end = start + new.len();
+    let mut u = 0;
+    let mut lo = start;
+    while lo < end {
+        let k = lo / UNIT;
+        let hi = ((k + 1) * UNIT).min(end);
+        if old[lo - start..hi - start] != new[lo - start..hi - start] {
+            u |= 1 << k;
+        }
+        lo = hi;
+    }
+    u
+}
+
 /// A block's contents. The bytes are their own allocation of exactly a block (an
 /// `Arc<[u8]>` put a 16-byte header in front of them: 4,112 bytes, which the allocator's size
 /// classes round up to 5,120 — a full cache took a quarter more memory than its bound).
@@ -544,5 +561,26 @@ impl BlockCache {
             ));
         }
         Ok([self.map.len() as u64, dirty, reserved, logged, homeless])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_changed_at_counts_only_units_whose_bytes_differ() {
+        let old = vec![7u8; 1000];
+        let mut new = old.clone();
+        // a write of bytes 100..1100 of a block: the same bytes but 300 (unit 3) and the
+        // last byte 1099 (unit 8)
+        new[200] = 0;
+        new[999] = 1;
+        assert_eq!(units_changed_at(100, &old, &new), (1 << 2) | (1 << 8));
+        assert_eq!(units_changed_at(100, &old, &old), 0);
+        // an unaligned start: byte 5 of unit 0 and byte 0 of unit 1
+        let mut one = vec![0u8; 200];
+        one[123] = 9;
+        assert_eq!(units_changed_at(5, &[0u8; 200], &one), 1 << 1);
     }
 }

@@ -6,7 +6,7 @@
 //! device in physically contiguous runs, one request per run.
 
 use super::cache::Block;
-use super::cache::{units_changed, units_of, Change, Units};
+use super::cache::{units_changed, units_changed_at, units_of, Change, Units};
 use super::node::max_file_blocks;
 use super::{Inner, JournalMode, Timespec};
 use crate::device::BlockDevice;
@@ -226,11 +226,19 @@ impl Inner {
                 b[at].copy_from_slice(src);
                 (buf, Change::Units(Units::MAX))
             } else {
-                let change = Change::Units(units_of(at.clone()));
-                (
-                    self.edited_block(ino, idx, |b| b[at].copy_from_slice(src))?,
-                    change,
-                )
+                // With the byte log on, only the units whose bytes differ count as changed,
+                // as for whole blocks: the kernel's writeback sends a page's dirty range —
+                // for an appended log, from the page's start to the end of file — most of
+                // which it may hold unchanged.
+                let compare = self.bytelog_active() && !newly;
+                let mut change = units_of(at.clone());
+                let buf = self.edited_block(ino, idx, |b| {
+                    if compare {
+                        change = units_changed_at(at.start, &b[at.clone()], src);
+                    }
+                    b[at].copy_from_slice(src)
+                })?;
+                (buf, Change::Units(change))
             };
             self.put_dirty(ino, idx, buf, newly, change)?;
         }
