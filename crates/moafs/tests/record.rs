@@ -360,7 +360,9 @@ fn recorded_workload_passes_crashcheck_in_other_modes() {
         "journal=data",
         "cowrite=off,bytelog=off,write_behind=0",
     ] {
-        let r = recorded_run(opts, false, 3000);
+        // (more asked for than checked: intervals of one write, such as a byte-log
+        // batch's, have few distinct cuts)
+        let r = recorded_run(opts, false, 4500);
         assert!(states_checked(&r.out) >= 2500, "[{opts}] {}", r.out);
     }
 }
