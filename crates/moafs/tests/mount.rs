@@ -1058,8 +1058,16 @@ fn small_fsynced_updates_then_sigkill(tier: bool) {
     inspect.push(p(&img));
     let out = moafs(&inspect);
     let rep: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect json");
+    // Records the last commit did not cover are live; the byte log's ring is small (32
+    // blocks here), so a commit empties it every few hundred fsyncs, and a kill that lands
+    // just after one finds none live (CI saw it once): then the floor shows that fsyncs
+    // were served by the byte log all the same.
     let live = rep["bytelog"]["live_records"].as_u64().unwrap_or(0);
-    assert!(live > 0, "no fsync was served by the byte log: {rep}");
+    let floor = rep["bytelog"]["floor"].as_u64().unwrap_or(0);
+    assert!(
+        live > 0 || floor > 0,
+        "no fsync was served by the byte log: {rep}"
+    );
     if tier {
         // without the tier: refused, naming it
         let out = moafs(&["fsck", "-n", p(&img)]);
