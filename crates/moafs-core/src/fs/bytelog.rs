@@ -370,15 +370,16 @@ impl Inner {
         if !matches!(self.bytelog_candidate(ino), Ok(true)) {
             return;
         }
-        let unknown: Vec<u64> = {
-            let cache = &self.inodes[&ino].cache;
-            let dirty = cache.dirty_blocks();
-            dirty
-                .into_iter()
-                .filter(|idx| cache.get(idx).is_some_and(|cb| cb.unknown))
-                .take(MAX_HOME_READS)
-                .collect()
-        };
+        // (every fsync on this path comes here: no allocation unless a block is unknown)
+        let cache = &self.inodes[&ino].cache;
+        let unknown: Vec<u64> = cache
+            .dirty_below(u64::MAX)
+            .filter(|idx| cache.get(idx).is_some_and(|cb| cb.unknown))
+            .take(MAX_HOME_READS)
+            .collect();
+        if unknown.is_empty() {
+            return;
+        }
         let mut scratch = vec![0u8; self.bs()];
         for idx in unknown {
             if let Ok(phys) = self.bmap(ino, idx) {

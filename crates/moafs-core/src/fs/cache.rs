@@ -32,13 +32,7 @@ pub(crate) fn units_of(range: std::ops::Range<usize>) -> Units {
 
 /// The units in which `old` and `new` (one block each) differ.
 pub(crate) fn units_changed(old: &[u8], new: &[u8]) -> Units {
-    let mut u = 0;
-    for (k, (a, b)) in old.chunks(UNIT).zip(new.chunks(UNIT)).enumerate() {
-        if a != b {
-            u |= 1 << k;
-        }
-    }
-    u
+    units_changed_at(0, old, new)
 }
 
 /// The units in which the bytes at `start..` of a block (`old`: what it held there) and `new`
