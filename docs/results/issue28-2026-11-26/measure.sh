@@ -4,7 +4,7 @@
 # commit before issue 28's engine changes with the same counting (f0be9a4 + the loop-device
 # counting, branch wt-count at 965ffd1), for the before/after rows. Nothing else runs meanwhile.
 # item 5 rows: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 UNLOCKED=1 OUT=docs/results/issue28-2026-11-26 bash measure.sh
-# item 3 and 5 rows at 3cc9d07: the same with ATTR=1 instead of UNLOCKED=1, and B= the before binary; then ATTR2=1
+# item 3 and 5 rows at 3cc9d07: the same with ATTR=1 instead of UNLOCKED=1, and B= the before binary; then ATTR2=1; then FINAL=1
 set -u
 M=${M:-$PWD/target/release/moafs}
 B=${B:-}
@@ -34,7 +34,7 @@ log disk-delta
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-delta.json > disk-delta.txt 2>&1
 fi
 # then at 0420a5c (data that ages in memory), M rebuilt; moafs also with bigger memory bounds:
-if [ -z "${UNLOCKED:-}${ATTR:-}${ATTR2:-}" ]; then
+if [ -z "${UNLOCKED:-}${ATTR:-}${ATTR2:-}${FINAL:-}" ]; then
 log disk-aging
 $M bench --target 'ext4,moafs,moafs@dirty_max=1G;cache_size=2G' --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-aging.json > disk-aging.txt 2>&1
 log shm-aging
@@ -74,5 +74,11 @@ log disk-attr2
 $M bench --target ext4,moafs --workload append-128-t1,varmail --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-attr2.json > disk-attr2.txt 2>&1
 log shm-attr2
 $M bench --target ext4,moafs --workload append-128-t1 --backing /dev/shm --reps 3 --json shm-attr2.json > shm-attr2.txt 2>&1
+log done
+fi
+# the final check at 8d744e7 (the session's last engine commit), M rebuilt: every workload on disk
+if [ -n "${FINAL:-}" ]; then
+log disk-final
+$M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1,append-128-t1 --backing /var/tmp/moafs-i28 --duration 15 --reps 3 --json disk-final.json > disk-final.txt 2>&1
 log done
 fi
