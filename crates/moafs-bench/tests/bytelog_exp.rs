@@ -32,16 +32,19 @@ fn the_byte_log_cuts_flash_writes_of_fsynced_sqlite_updates() {
     );
     assert!(two.engine.bytelog_fsyncs > 0 && block.engine.bytelog_fsyncs == 0);
     assert!(nvm.engine.tier_batches > 0 && nvm.tier_bytes > 0);
-    // (with and without the tier alike: the database's blocks the fsyncs log stay out of
-    // home across the commits either way; which of the two programs less moves with the
-    // clock's granularity at this size)
+    // The device log programs less flash than block-only commits, and runs faster on the
+    // model. With the tier the device sees fewer bytes than block-only too (the batches go
+    // to NVM); since small commits became compact transactions (one header block beside
+    // their data), its flash programs and modelled rate are no longer ahead of block-only at
+    // this size (150 updates: 5.56 MB against 5.38 MB, 140 against 144 updates/s): a block
+    // logged in the tier goes home at the next commit, where the device log keeps it out.
+    assert!(two.flash_bytes < block.flash_bytes, "{}", table(&r));
+    assert!(two.ops_per_sec > block.ops_per_sec, "{}", table(&r));
     assert!(
-        two.flash_bytes < block.flash_bytes && nvm.flash_bytes < block.flash_bytes,
+        two.device_bytes < block.device_bytes && nvm.device_bytes < block.device_bytes,
         "{}",
         table(&r)
     );
-    assert!(nvm.device_bytes < block.device_bytes, "{}", table(&r));
-    assert!(nvm.ops_per_sec > block.ops_per_sec, "{}", table(&r));
     // without fsync the commits log the small writes (write-back logging): fewer bytes
     for w in ["tio-128", "tio-1536"] {
         let (a, b) = (row(&r, w, "block"), row(&r, w, "two-level+wb"));

@@ -524,3 +524,97 @@ fn a_commit_that_checkpoints_sends_its_blocks_whole() {
     drop(fs);
     common::fsck_clean(&crashed);
 }
+
+/// A small fsync's commit is a compact transaction (FORMAT §12: one header block with its
+/// revokes and delta records inline, then its images, no commit block). A power cut after it
+/// replays it; one that left a payload block unwritten (a torn transaction: its crc does not
+/// match the header's) replays everything before it and nothing of it.
+#[test]
+fn small_fsyncs_are_compact_and_a_torn_one_is_not_replayed() {
+    use moafs_core::format::FEATURE_JOURNAL_COMPACT;
+    let mem = image_with(64, Some(4096));
+    let dev = Logging::new(mem.clone());
+    let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, opts()).expect("mount");
+    assert_ne!(
+        fs.superblock().features_incompat & FEATURE_JOURNAL_COMPACT,
+        0,
+        "a writable mount says the journal may hold compact transactions"
+    );
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).expect("mkdir").ino;
+    fs.fsync(d, false).expect("fsync d");
+    let before = fs.counters();
+    let n = 30u32;
+    for i in 0..n {
+        let a = fs
+            .create(d, format!("f{i}").as_bytes(), 0o644, ME)
+            .expect("create");
+        fs.write(a.ino, 0, &i.to_le_bytes().repeat(300))
+            .expect("write");
+        fs.fsync(a.ino, false).expect("fsync");
+        if i % 5 == 4 {
+            fs.unlink(d, format!("f{}", i - 1).as_bytes())
+                .expect("unlink");
+        }
+    }
+    let c = fs.counters().since(&before);
+    assert!(c.journal_commits >= n as u64, "{c:?}");
+    assert_eq!(c.journal_compact, c.journal_commits, "{c:?}");
+    // each: the header and the file's data block (metadata as inline delta records)
+    assert!(
+        c.journal_blocks_written <= c.journal_commits + c.data_blocks_journaled + 4,
+        "{c:?}"
+    );
+    let last = dev
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .find_map(|w| *w)
+        .expect("a write");
+    assert!(
+        last.1 >= 2,
+        "the last fsync's transaction: header and data {last:?}"
+    );
+    let whole = mem.snapshot();
+    drop(fs);
+    let expect = |fs: &Fs, upto: u32| {
+        let d = fs.lookup(ROOT_INO, b"d").expect("d").ino;
+        for i in 0..n {
+            // (f28's unlink came after the last fsync: not durable)
+            let gone = (i % 5 == 3 && i + 2 < n) || i >= upto;
+            match fs.lookup(d, format!("f{i}").as_bytes()) {
+                Ok(a) => {
+                    assert!(!gone, "f{i} should not be there");
+                    assert_eq!(
+                        fs.read(a.ino, 0, 2000).expect("read"),
+                        i.to_le_bytes().repeat(300)
+                    );
+                }
+                Err(e) => assert!(gone, "f{i}: {e}"),
+            }
+        }
+    };
+    // the power fails after the last fsync: every transaction replays
+    let crashed = Arc::new(MemDevice::from_bytes(whole.clone()));
+    let fs = common::mount(&crashed);
+    expect(&fs, n);
+    fs.unmount().expect("unmount");
+    assert_eq!(
+        fs.superblock().features_incompat & FEATURE_JOURNAL_COMPACT,
+        0
+    );
+    drop(fs);
+    common::fsck_clean(&crashed);
+    // the last transaction's data block never reached the device
+    let mut torn = whole;
+    torn[((last.0 + 1) * 4096 + 100) as usize] ^= 0x5a;
+    let crashed = Arc::new(MemDevice::from_bytes(torn));
+    let r = moafs_core::fsck::fsck(crashed.as_ref(), false).expect("fsck -n runs");
+    assert!(r.errors.is_empty(), "fsck -n: {:#?}", r.errors);
+    let fs = common::mount(&crashed);
+    expect(&fs, n - 1);
+    fs.unmount().expect("unmount");
+    drop(fs);
+    common::fsck_clean(&crashed);
+}

@@ -4,7 +4,8 @@
 # commit before issue 28's engine changes with the same counting (f0be9a4 + the loop-device
 # counting, branch wt-count at 965ffd1), for the before/after rows. Nothing else runs meanwhile.
 # item 5 rows: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 UNLOCKED=1 OUT=docs/results/issue28-2026-11-26 bash measure.sh
-# item 3 and 5 rows at 3cc9d07: the same with ATTR=1 instead of UNLOCKED=1, and B= the before binary; then ATTR2=1; then FINAL=1
+# item 3 and 5 rows at 3cc9d07: the same with ATTR=1 instead of UNLOCKED=1, and B= the before binary; then ATTR2=1; then FINAL=1;
+# compact transactions: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 COMPACT=1 (the first three sections run unless their ONLY_ variable is set, the later ones only when theirs is)
 set -u
 M=${M:-$PWD/target/release/moafs}
 B=${B:-}
@@ -80,5 +81,14 @@ fi
 if [ -n "${FINAL:-}" ]; then
 log disk-final
 $M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1,append-128-t1 --backing /var/tmp/moafs-i28 --duration 15 --reps 3 --json disk-final.json > disk-final.txt 2>&1
+log done
+fi
+# then compact transactions (one header block with the revokes and delta records inline, the
+# superblock as a delta), M rebuilt: every workload on disk, and the fsync-heavy ones on DRAM
+if [ -n "${COMPACT:-}" ]; then
+log disk-compact
+$M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1,append-128-t1 --backing /var/tmp/moafs-i28 --duration 15 --reps 3 --json disk-compact.json > disk-compact.txt 2>&1
+log shm-compact
+$M bench --target ext4,moafs --workload varmail,postmark-quick,fsync-4k-t1 --backing /dev/shm --duration 15 --reps 3 --json shm-compact.json > shm-compact.txt 2>&1
 log done
 fi

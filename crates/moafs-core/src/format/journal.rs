@@ -12,6 +12,18 @@
 //! written in one request followed by one flush. Payload blocks that begin with the journal
 //! magic are stored with those 4 bytes zeroed and the tag's `ESCAPED` flag set, so a scan
 //! never mistakes a payload block for a descriptor. docs/FORMAT.md specifies every byte.
+//!
+//! A small transaction is *compact* (issue 28): one header block that holds the tags of its
+//! block images, each with the crc of its payload block, and, inline, its revoke list and
+//! delta records; the images follow, and there is no commit block:
+//!
+//! ```text
+//! [compact header] [payload 0] .. [payload n-1]
+//! ```
+//!
+//! It is valid when the header's crc and every payload's crc match: all of it reached the
+//! device. A small fsync's commit is then one block plus its images, not a descriptor, a
+//! revoke block, a delta block and a commit block around them.
 
 use super::{get_u32, get_u64, put_u32, put_u64, seal, verify};
 use crate::error::{FsError, FsResult};
@@ -20,6 +32,9 @@ use std::borrow::Cow;
 pub const JOURNAL_MAGIC: &[u8; 4] = b"MJNL";
 pub const KIND_DESCRIPTOR: u32 = 1;
 pub const KIND_COMMIT: u32 = 2;
+/// A compact transaction's header (module comment): tags with payload crcs, revokes and
+/// delta records inline, no commit block.
+pub const KIND_COMPACT: u32 = 3;
 /// Tag kind: the payload block is a whole-block image of block `target`.
 pub const TAG_BLOCK: u32 = 0;
 /// Tag kind reserved for byte-log records (two-level logging): not written by this version.
@@ -64,24 +79,40 @@ pub fn pack_deltas(deltas: &[Delta], block_size: u32) -> Vec<(u64, Vec<u8>)> {
             at = 0;
         }
         let (count, b) = out.last_mut().expect("pushed above");
-        put_u64(b, at, d.target);
-        put_u32(b, at + 8, d.offset);
-        put_u32(b, at + 12, d.bytes.len() as u32);
-        b[at + DELTA_HEADER..at + DELTA_HEADER + d.bytes.len()].copy_from_slice(&d.bytes);
-        at += d.len();
+        at += put_deltas(&mut b[at..], std::slice::from_ref(d));
         *count += 1;
     }
     out
 }
 
+/// Writes `deltas` one after another from the start of `area` (which holds them: the caller
+/// checked); returns the bytes taken.
+fn put_deltas(area: &mut [u8], deltas: &[Delta]) -> usize {
+    let mut at = 0;
+    for d in deltas {
+        put_u64(area, at, d.target);
+        put_u32(area, at + 8, d.offset);
+        put_u32(area, at + 12, d.bytes.len() as u32);
+        area[at + DELTA_HEADER..at + DELTA_HEADER + d.bytes.len()].copy_from_slice(&d.bytes);
+        at += d.len();
+    }
+    at
+}
+
 /// The delta records of a payload block whose tag says it holds `count`; `None` if they do
 /// not fit in it or one reaches past the end of its block.
 pub fn decode_deltas(payload: &[u8], count: u64) -> Option<Vec<Delta>> {
-    let bs = payload.len();
+    decode_deltas_in(payload, count, payload.len())
+}
+
+/// `count` delta records from the start of `area`, for blocks of `bs` bytes; `None` if they
+/// do not fit in `area` or one reaches past the end of its block.
+fn decode_deltas_in(area: &[u8], count: u64, bs: usize) -> Option<Vec<Delta>> {
+    let payload = area;
     let mut at = 0usize;
     let mut out = Vec::new();
     for _ in 0..count {
-        if at + DELTA_HEADER > bs {
+        if at + DELTA_HEADER > payload.len() {
             return None;
         }
         let (target, offset, len) = (
@@ -90,7 +121,7 @@ pub fn decode_deltas(payload: &[u8], count: u64) -> Option<Vec<Delta>> {
             get_u32(payload, at + 12) as usize,
         );
         let start = at + DELTA_HEADER;
-        if len == 0 || start + len > bs || offset as usize + len > bs {
+        if len == 0 || start + len > payload.len() || offset as usize + len > bs {
             return None;
         }
         out.push(Delta {
@@ -150,12 +181,47 @@ pub fn txn_blocks(n: usize, block_size: u32) -> usize {
     n.div_ceil(tags_per_descriptor(block_size)).max(1) + n + 1
 }
 
+/// Journal blocks a transaction of `images` block images, `revokes` and `deltas` takes:
+/// compact when they fit in one header ([`compact_fits`]), else descriptors, payloads (the
+/// images, the revoke list's blocks, the packed deltas) and a commit block.
+pub fn txn_len(images: usize, revokes: usize, deltas: &[Delta], block_size: u32) -> usize {
+    if compact_fits(images, revokes, deltas, block_size) {
+        1 + images
+    } else {
+        let payload =
+            images + revoke_blocks(revokes, block_size) + pack_deltas(deltas, block_size).len();
+        txn_blocks(payload, block_size)
+    }
+}
+
+/// Whether a transaction of `images` block images, `revokes` and `deltas` is compact: its
+/// tags, revoke list and delta records fit in one header block.
+pub fn compact_fits(images: usize, revokes: usize, deltas: &[Delta], block_size: u32) -> bool {
+    let inline =
+        images * TAG_BYTES_LEN + revokes * 8 + deltas.iter().map(Delta::len).sum::<usize>();
+    DESC_HEADER + inline + 4 <= block_size as usize
+}
+
+/// The crc a compact header's tag holds for its payload block (as written: escaped).
+pub fn payload_crc(salt: u64, seq: u64, payload: &[u8]) -> u32 {
+    body_crc(salt, &[&seq.to_le_bytes(), payload])
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tag {
     /// Home block of the payload.
     pub target: u64,
     /// Kind in the low 8 bits ([`TAG_BLOCK`]), flags above ([`TAG_ESCAPED`]).
     pub flags: u32,
+    /// In a compact header: the crc of the payload block ([`payload_crc`]); 0 otherwise.
+    pub crc: u32,
+}
+
+/// What a compact header holds beyond its tags.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Inline {
+    pub revokes: Vec<u64>,
+    pub deltas: Vec<Delta>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,6 +235,9 @@ pub struct Descriptor {
     /// Payload blocks in the whole transaction.
     pub payload: u32,
     pub tags: Vec<Tag>,
+    /// A compact header's revokes and delta records (`index` 0, `count` 1, one tag per
+    /// payload); None for a descriptor.
+    pub inline: Option<Inline>,
 }
 
 /// Salt of journal crcs: the file system's uuid, so that a journal block left by another
@@ -181,7 +250,11 @@ impl Descriptor {
     pub fn encode(&self, block_size: u32, salt: u64) -> Vec<u8> {
         let mut b = vec![0u8; block_size as usize];
         b[0..4].copy_from_slice(JOURNAL_MAGIC);
-        put_u32(&mut b, 4, KIND_DESCRIPTOR);
+        let kind = match self.inline {
+            Some(_) => KIND_COMPACT,
+            None => KIND_DESCRIPTOR,
+        };
+        put_u32(&mut b, 4, kind);
         put_u64(&mut b, 8, self.seq);
         put_u64(&mut b, 16, self.checkpointed);
         put_u32(&mut b, 24, self.index);
@@ -192,15 +265,32 @@ impl Descriptor {
             let at = DESC_HEADER + i * TAG_BYTES_LEN;
             put_u64(&mut b, at, t.target);
             put_u32(&mut b, at + 8, t.flags);
+            put_u32(&mut b, at + 12, t.crc);
+        }
+        if let Some(inline) = &self.inline {
+            put_u32(&mut b, 40, inline.revokes.len() as u32);
+            put_u32(&mut b, 44, inline.deltas.len() as u32);
+            let mut at = DESC_HEADER + self.tags.len() * TAG_BYTES_LEN;
+            for r in &inline.revokes {
+                put_u64(&mut b, at, *r);
+                at += 8;
+            }
+            let end = b.len() - 4;
+            put_deltas(&mut b[at..end], &inline.deltas);
         }
         let crc_at = b.len() - 4;
         seal(&mut b, crc_at, salt);
         b
     }
 
-    /// Decodes a block that should be a descriptor; `Ok(None)` if it is not one at all.
+    /// Decodes a block that should be a descriptor or a compact header; `Ok(None)` if it is
+    /// not one at all.
     pub fn decode(b: &[u8], salt: u64, block: u64) -> FsResult<Option<Descriptor>> {
-        if b.len() < 1024 || &b[0..4] != JOURNAL_MAGIC || get_u32(b, 4) != KIND_DESCRIPTOR {
+        if b.len() < 1024 || &b[0..4] != JOURNAL_MAGIC {
+            return Ok(None);
+        }
+        let kind = get_u32(b, 4);
+        if kind != KIND_DESCRIPTOR && kind != KIND_COMPACT {
             return Ok(None);
         }
         verify(b, b.len() - 4, salt, "journal descriptor", block)?;
@@ -227,9 +317,28 @@ impl Descriptor {
                 Tag {
                     target: get_u64(b, at),
                     flags: get_u32(b, at + 8),
+                    crc: get_u32(b, at + 12),
                 }
             })
             .collect();
+        let inline = if kind == KIND_COMPACT {
+            let bad = |what: &str| FsError::corrupt("journal compact header", block, what);
+            let (nrev, ndel) = (get_u32(b, 40) as usize, get_u32(b, 44) as usize);
+            let at = DESC_HEADER + ntags * TAG_BYTES_LEN;
+            let end = b.len() - 4;
+            if at + nrev * 8 > end {
+                return Err(bad("its revoke list does not fit in a block"));
+            }
+            let revokes = (0..nrev).map(|i| get_u64(b, at + i * 8)).collect();
+            let deltas = decode_deltas_in(&b[at + nrev * 8..end], ndel as u64, b.len())
+                .ok_or_else(|| bad("its delta records do not fit in a block"))?;
+            if get_u32(b, 24) != 0 || get_u32(b, 28) != 1 || get_u32(b, 32) as usize != ntags {
+                return Err(bad("not one header with one tag per payload block"));
+            }
+            Some(Inline { revokes, deltas })
+        } else {
+            None
+        };
         Ok(Some(Descriptor {
             seq,
             checkpointed,
@@ -237,6 +346,7 @@ impl Descriptor {
             count: get_u32(b, 28),
             payload: get_u32(b, 32),
             tags,
+            inline,
         }))
     }
 }
@@ -295,7 +405,7 @@ pub fn revoke_blocks(n: usize, block_size: u32) -> usize {
     n.div_ceil(revokes_per_block(block_size))
 }
 
-/// Encodes a whole transaction: descriptors, payloads, commit, in order. Payloads are the
+/// Encodes a whole transaction in the classic form: descriptors, payloads, commit, in order. Payloads are the
 /// caller's blocks, borrowed; only one that must be escaped is copied.
 pub fn encode_txn<'a, B: AsRef<[u8]>>(
     seq: u64,
@@ -304,25 +414,60 @@ pub fn encode_txn<'a, B: AsRef<[u8]>>(
     block_size: u32,
     salt: u64,
 ) -> Vec<Cow<'a, [u8]>> {
-    encode_txn_with(seq, checkpointed, writes, &[], &[], block_size, salt)
+    encode_txn_as(seq, checkpointed, writes, &[], &[], block_size, salt, false)
 }
 
-/// [`encode_txn`] with a revoke list (`TAG_REVOKE` payload blocks after the images) and
-/// delta records packed by [`pack_deltas`] (`TAG_DELTA` payload blocks, last).
+/// [`encode_txn`] with a revoke list and delta records: a compact transaction when they fit
+/// in its header ([`compact_fits`]), else a revoke list (`TAG_REVOKE` payload blocks after
+/// the images) and the delta records packed by [`pack_deltas`] (`TAG_DELTA` payload blocks,
+/// last).
 pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
     seq: u64,
     checkpointed: u64,
     writes: &'a [(u64, B)],
     revokes: &[u64],
-    deltas: &'a [(u64, Vec<u8>)],
+    deltas: &[Delta],
     block_size: u32,
     salt: u64,
 ) -> Vec<Cow<'a, [u8]>> {
+    encode_txn_as(
+        seq,
+        checkpointed,
+        writes,
+        revokes,
+        deltas,
+        block_size,
+        salt,
+        true,
+    )
+}
+
+/// [`encode_txn_with`], compact only if `may_compact` (a reader must read both forms).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_txn_as<'a, B: AsRef<[u8]>>(
+    seq: u64,
+    checkpointed: u64,
+    writes: &'a [(u64, B)],
+    revokes: &[u64],
+    deltas: &[Delta],
+    block_size: u32,
+    salt: u64,
+    may_compact: bool,
+) -> Vec<Cow<'a, [u8]>> {
+    let compact = may_compact && compact_fits(writes.len(), revokes.len(), deltas, block_size);
     let per = tags_per_descriptor(block_size);
-    let packed = deltas;
-    let n = writes.len() + revoke_blocks(revokes.len(), block_size) + packed.len();
+    let packed = if compact {
+        Vec::new()
+    } else {
+        pack_deltas(deltas, block_size)
+    };
+    let n = if compact {
+        writes.len()
+    } else {
+        writes.len() + revoke_blocks(revokes.len(), block_size) + packed.len()
+    };
     let count = n.div_ceil(per).max(1);
-    let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(txn_blocks(n, block_size));
+    let mut out: Vec<Cow<'a, [u8]>> = Vec::with_capacity(n + count + 1);
     let mut payloads = Vec::with_capacity(n);
     let mut tags = Vec::with_capacity(n);
     let mut push = |target: u64, kind: u32, mut p: Cow<'a, [u8]>| {
@@ -331,11 +476,33 @@ pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
             p.to_mut()[0..4].fill(0);
             flags |= TAG_ESCAPED;
         }
-        tags.push(Tag { target, flags });
+        let crc = if compact {
+            payload_crc(salt, seq, &p)
+        } else {
+            0
+        };
+        tags.push(Tag { target, flags, crc });
         payloads.push(p);
     };
     for (target, data) in writes {
         push(*target, TAG_BLOCK, Cow::Borrowed(data.as_ref()));
+    }
+    if compact {
+        let header = Descriptor {
+            seq,
+            checkpointed,
+            index: 0,
+            count: 1,
+            payload: n as u32,
+            tags,
+            inline: Some(Inline {
+                revokes: revokes.to_vec(),
+                deltas: deltas.to_vec(),
+            }),
+        };
+        out.push(header.encode(block_size, salt).into());
+        out.extend(payloads);
+        return out;
     }
     for list in revokes.chunks(revokes_per_block(block_size)) {
         let mut b = vec![0u8; block_size as usize];
@@ -345,7 +512,7 @@ pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
         push(list.len() as u64, TAG_REVOKE, Cow::Owned(b));
     }
     for (count, b) in packed {
-        push(*count, TAG_DELTA, Cow::Borrowed(&b[..]));
+        push(count, TAG_DELTA, Cow::Owned(b));
     }
     for i in 0..count {
         let chunk = tags
@@ -360,6 +527,7 @@ pub fn encode_txn_with<'a, B: AsRef<[u8]>>(
                 count: count as u32,
                 payload: n as u32,
                 tags: chunk,
+                inline: None,
             }
             .encode(block_size, salt)
             .into(),
@@ -437,8 +605,7 @@ mod tests {
         assert!(decode_deltas(&bad, 1).is_none());
         // a whole transaction with deltas: the tags say so
         let writes = vec![(3u64, vec![5u8; bs as usize])];
-        let two = pack_deltas(&many[..2], bs);
-        let blocks = encode_txn_with(9, 1, &writes, &[], &two, bs, 5);
+        let blocks = encode_txn_as(9, 1, &writes, &[], &many[..2], bs, 5, false);
         let desc = Descriptor::decode(&blocks[0], 5, 0).unwrap().unwrap();
         assert_eq!(desc.payload, 2);
         assert_eq!(desc.tags[1].flags & 0xff, TAG_DELTA);
@@ -452,7 +619,7 @@ mod tests {
         // 0x4c4e4a4d is "MJNL" read little-endian: the first revoke block must be escaped
         let mut revokes: Vec<u64> = vec![0x4c4e_4a4d];
         revokes.extend(100..100 + revokes_per_block(bs) as u64);
-        let blocks = encode_txn_with(5, 3, &writes, &revokes, &[], bs, salt);
+        let blocks = encode_txn_as(5, 3, &writes, &revokes, &[], bs, salt, false);
         assert_eq!(blocks.len(), txn_blocks(1 + 2, bs));
         let d = Descriptor::decode(&blocks[0], salt, 0).unwrap().unwrap();
         assert_eq!(d.payload, 3);
@@ -507,6 +674,74 @@ mod tests {
         }
         let ok = encode_txn((1 << 62) - 1, 0, &writes, bs, salt);
         assert!(Descriptor::decode(&ok[0], salt, 0).unwrap().is_some());
+    }
+
+    #[test]
+    fn small_transactions_are_compact_and_check_every_payload() {
+        let (bs, salt) = (4096u32, 77);
+        let mut evil = vec![7u8; bs as usize];
+        evil[0..4].copy_from_slice(JOURNAL_MAGIC);
+        let writes = vec![(10u64, vec![1u8; bs as usize]), (11, evil)];
+        let revokes = vec![5u64, 6, 7];
+        let deltas = vec![
+            Delta {
+                target: 3,
+                offset: 100,
+                bytes: vec![9; 30],
+            },
+            Delta {
+                target: 4,
+                offset: 4090,
+                bytes: vec![8; 6],
+            },
+        ];
+        let blocks = encode_txn_with(12, 8, &writes, &revokes, &deltas, bs, salt);
+        // one header and the two images: no descriptor, revoke, delta or commit block
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(blocks.len(), txn_len(2, 3, &deltas, bs));
+        assert!(txn_len(2, 3, &deltas, bs) < txn_blocks(2 + 1 + 1, bs));
+        let d = Descriptor::decode(&blocks[0], salt, 0).unwrap().unwrap();
+        assert_eq!(
+            (d.seq, d.checkpointed, d.index, d.count, d.payload),
+            (12, 8, 0, 1, 2)
+        );
+        let inline = d.inline.clone().expect("compact");
+        assert_eq!(
+            (inline.revokes, inline.deltas),
+            (revokes.clone(), deltas.clone())
+        );
+        for (k, t) in d.tags.iter().enumerate() {
+            assert_eq!(t.crc, payload_crc(salt, 12, &blocks[1 + k]));
+        }
+        assert_eq!(d.tags[1].flags & TAG_ESCAPED, TAG_ESCAPED);
+        assert!(Descriptor::decode(&blocks[2], salt, 2).unwrap().is_none());
+        // a payload that did not reach the device does not match its tag's crc
+        let mut torn = blocks[2].to_vec();
+        torn[2000] ^= 1;
+        assert_ne!(d.tags[1].crc, payload_crc(salt, 12, &torn));
+        // nor does the same payload under another transaction's number
+        assert_ne!(d.tags[1].crc, payload_crc(salt, 13, &blocks[2]));
+        // a header whose counts claim more than the block holds is refused
+        let mut bad = blocks[0].to_vec();
+        put_u32(&mut bad, 44, 200);
+        seal(&mut bad, bs as usize - 4, salt);
+        assert!(Descriptor::decode(&bad, salt, 0).is_err());
+        // too much to fit inline: the classic form, with a commit block
+        let big: Vec<Delta> = (0..100)
+            .map(|i| Delta {
+                target: i,
+                offset: 0,
+                bytes: vec![1; 40],
+            })
+            .collect();
+        assert!(!compact_fits(2, 3, &big, bs));
+        let classic = encode_txn_with(12, 8, &writes, &revokes, &big, bs, salt);
+        assert_eq!(classic.len(), txn_len(2, 3, &big, bs));
+        let d = Descriptor::decode(&classic[0], salt, 0).unwrap().unwrap();
+        assert!(d.inline.is_none());
+        assert!(Commit::decode(classic.last().unwrap(), salt, 0)
+            .unwrap()
+            .is_some());
     }
 
     #[test]

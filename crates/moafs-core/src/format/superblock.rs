@@ -32,6 +32,10 @@ pub const FEATURE_NVM: u64 = 8;
 /// records at or below the floor that still count (`bytelog_first`, FORMAT.md section 13).
 /// Set while mounted with the byte log in use; a clean unmount clears it.
 pub const FEATURE_BYTELOG_WB: u64 = 16;
+/// `features_incompat`: the journal may hold compact transactions (FORMAT.md section 12),
+/// which a reader that knows only descriptors and commit blocks would not find. Set while
+/// mounted writable with a journal; a clean unmount (journal empty) clears it.
+pub const FEATURE_JOURNAL_COMPACT: u64 = 32;
 /// The tier's path is stored at bytes 256..1280 of the superblock's block: a u16 length,
 /// the path, and a crc at 1276 (salt 1) over 256..1276.
 pub const NVM_PATH_AT: usize = 256;
@@ -254,7 +258,8 @@ impl Superblock {
                 | FEATURE_LARGE_XATTR
                 | FEATURE_BYTELOG
                 | FEATURE_NVM
-                | FEATURE_BYTELOG_WB)
+                | FEATURE_BYTELOG_WB
+                | FEATURE_JOURNAL_COMPACT)
             != 0
         {
             return bad("unknown incompatible features");

@@ -18,9 +18,9 @@ use super::Inner;
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::journal::{
-    body_crc, decode_deltas, decode_revokes, diff_deltas, encode_txn_with, journal_salt,
-    pack_deltas, revoke_blocks, txn_blocks, Commit, Delta, Descriptor, JOURNAL_MAGIC, TAG_BLOCK,
-    TAG_DELTA, TAG_ESCAPED, TAG_REVOKE,
+    body_crc, compact_fits, decode_deltas, decode_revokes, diff_deltas, encode_txn_with,
+    journal_salt, payload_crc, txn_blocks, txn_len, Commit, Delta, Descriptor, Inline,
+    JOURNAL_MAGIC, TAG_BLOCK, TAG_DELTA, TAG_ESCAPED, TAG_REVOKE,
 };
 use crate::format::Superblock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -116,12 +116,10 @@ impl Inner {
         let mut deltas: Vec<Delta> = Vec::new();
         let mut full: Vec<bool> = Vec::with_capacity(writes.len());
         for (b, new) in &writes {
-            // (never the primary superblock: a checkpoint writes it home with its replay
-            // floor raised, so home is not the journal's image of it)
-            let d = (*b != 0)
-                .then(|| self.ckpt.image_of(*b))
-                .flatten()
-                .map(|old| diff_deltas(*b, old.as_ref(), new));
+            let d = self.ckpt.image_of(*b).map(|old| match *b {
+                0 => superblock_deltas(old.as_ref(), new),
+                _ => diff_deltas(*b, old.as_ref(), new),
+            });
             match d {
                 Some(d) if d.iter().map(Delta::len).sum::<usize>() <= bs / 2 => {
                     deltas.extend(d);
@@ -130,13 +128,11 @@ impl Inner {
                 _ => full.push(true),
             }
         }
-        let mut packed = pack_deltas(&deltas, bs as u32);
-        let size = |full: &[bool], packed: &[(u64, Vec<u8>)]| {
+        let size = |full: &[bool], deltas: &[Delta]| {
             let n_full = full.iter().filter(|f| **f).count();
-            let payload = n_full + revoke_blocks(revokes.len(), bs as u32) + packed.len();
-            txn_blocks(payload, bs as u32) as u64
+            txn_len(n_full, revokes.len(), deltas, bs as u32) as u64
         };
-        let mut n = size(&full, &packed);
+        let mut n = size(&full, &deltas);
         self.counters.meta_blocks_written += writes.len() as u64;
         let fits = |n: u64, this: &Self| this.journal.as_ref().is_some_and(|j| n <= j.len);
         // Checkpoint now: the journal is short of space (a quarter is kept free for the next
@@ -152,9 +148,9 @@ impl Inner {
             // The checkpoint moves the replay floor past the images the deltas are against:
             // replay would patch them onto home, which a later commit may overwrite in place
             // (data past the journal's share) before its own transaction is durable. Whole.
-            packed.clear();
+            deltas.clear();
             full.fill(true);
-            n = size(&full, &packed);
+            n = size(&full, &deltas);
         }
         self.counters.delta_blocks += full.iter().filter(|f| !**f).count() as u64;
         let fits = fits(n, self);
@@ -203,6 +199,9 @@ impl Inner {
         let checkpointed = j.checkpointed;
         self.counters.journal_blocks_written += n;
         self.counters.journal_commits += 1;
+        let n_full = full.iter().filter(|f| **f).count();
+        self.counters.journal_compact +=
+            u64::from(compact_fits(n_full, revokes.len(), &deltas, bs as u32));
         self.counters.revokes += revokes.len() as u64;
         j.seq = seq;
         j.head = pos + n;
@@ -222,7 +221,7 @@ impl Inner {
                 salt: j.salt,
                 home,
                 revokes,
-                deltas: packed,
+                deltas,
             },
         )
     }
@@ -290,6 +289,25 @@ impl Inner {
     }
 }
 
+/// The primary superblock's change from `old` (its newest journaled image) to `new` as delta
+/// records: every encoded field (bytes 0..256, crc included) whatever changed, and what
+/// changed after them. A checkpoint writes the superblock home with its replay floor raised,
+/// so home is not the journal's image of it: replay may patch these onto either, and the
+/// fields come out whole (the bytes after them are the same in both: the tier's path, written
+/// in place at mount).
+fn superblock_deltas(old: &[u8], new: &[u8]) -> Vec<Delta> {
+    let fields = crate::format::NVM_PATH_AT;
+    let mut base = old.to_vec();
+    base[..fields].copy_from_slice(&new[..fields]);
+    let mut d = vec![Delta {
+        target: 0,
+        offset: 0,
+        bytes: new[..fields].to_vec(),
+    }];
+    d.extend(diff_deltas(0, &base, new));
+    d
+}
+
 /// The device I/O of a transaction planned by `Inner::plan_txn` (phase B of a commit).
 pub(crate) enum TxnIo {
     /// Written in place between two flushes (no journal, or larger than it), after a
@@ -309,8 +327,8 @@ pub(crate) enum TxnIo {
         salt: u64,
         home: Vec<(u64, Image)>,
         revokes: Vec<u64>,
-        /// Delta records, packed into payload blocks (`pack_deltas`).
-        deltas: Vec<(u64, Vec<u8>)>,
+        /// Delta records (inline in a compact transaction, else packed into payload blocks).
+        deltas: Vec<Delta>,
     },
 }
 
@@ -382,6 +400,9 @@ fn read_txn(
     first: &Descriptor,
 ) -> FsResult<Option<Txn>> {
     let bs = sb.block_size as u64;
+    if let Some(inline) = &first.inline {
+        return read_compact(dev, sb, salt, pos, first, inline);
+    }
     let n = txn_blocks(first.payload as usize, sb.block_size) as u64;
     if first.index != 0
         || first.count as u64 != n - first.payload as u64 - 1
@@ -415,20 +436,77 @@ fn read_txn(
     if tags.len() != first.payload as usize {
         return Ok(None);
     }
+    let payloads = &blocks[first.count as usize..n as usize - 1];
+    let at_payload = |k: usize| at(first.count as usize + k);
+    txn_from(sb, first, &tags, payloads, &at_payload, &Inline::default()).map(Some)
+}
+
+/// A compact transaction (FORMAT §12) whose header is at journal position `pos`: valid when
+/// every payload block matches its tag's crc.
+fn read_compact(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    salt: u64,
+    pos: u64,
+    first: &Descriptor,
+    inline: &Inline,
+) -> FsResult<Option<Txn>> {
+    let bs = sb.block_size as u64;
+    let n = 1 + first.payload as u64;
+    if pos + n > sb.journal_blocks as u64 {
+        return Ok(None);
+    }
+    let mut raw = vec![0u8; (first.payload as u64 * bs) as usize];
+    dev.read_at((sb.journal_start + pos + 1) * bs, &mut raw)?;
+    let payloads: Vec<&[u8]> = raw.chunks(bs as usize).collect();
+    if first
+        .tags
+        .iter()
+        .zip(&payloads)
+        .any(|(t, p)| t.crc != payload_crc(salt, first.seq, p))
+    {
+        return Ok(None); // not all of it reached the device
+    }
+    let at = |k: usize| sb.journal_start + pos + 1 + k as u64;
+    txn_from(sb, first, &first.tags, &payloads, &at, inline).map(Some)
+}
+
+/// The transaction whose tags are `tags`, payload blocks `payloads` (at journal blocks
+/// `at(k)`) and inline revokes and delta records `inline`, checked: a valid transaction
+/// that names a block outside the file system, or a record kind this version does not know,
+/// is corrupt.
+fn txn_from(
+    sb: &Superblock,
+    first: &Descriptor,
+    tags: &[crate::format::journal::Tag],
+    payloads: &[&[u8]],
+    at: &dyn Fn(usize) -> u64,
+    inline: &Inline,
+) -> FsResult<Txn> {
+    let home = |b: u64| b < sb.total_blocks && !sb.log_range().contains(&b);
     let mut writes = Vec::with_capacity(tags.len());
-    let mut revokes = Vec::new();
-    let mut deltas = Vec::new();
+    let mut revokes = inline.revokes.clone();
+    let mut deltas = inline.deltas.clone();
+    if revokes.iter().any(|b| *b >= sb.total_blocks) || deltas.iter().any(|d| !home(d.target)) {
+        return Err(FsError::corrupt(
+            "journal",
+            at(0).saturating_sub(1),
+            format!(
+                "transaction {} has a revoke or delta record outside the file system",
+                first.seq
+            ),
+        ));
+    }
     for (k, t) in tags.iter().enumerate() {
         // the payload as written (its magic restored), or why the transaction is corrupt
         let data = {
-            let mut d = blocks[first.count as usize + k].to_vec();
+            let mut d = payloads[k].to_vec();
             if t.flags & TAG_ESCAPED != 0 {
                 d[0..4].copy_from_slice(JOURNAL_MAGIC);
             }
             d
         };
         let corrupt = |what: String| FsError::corrupt("journal", at(k), what);
-        let home = |b: u64| b < sb.total_blocks && !sb.log_range().contains(&b);
         match t.flags & 0xff {
             TAG_BLOCK if home(t.target) => writes.push((t.target, data)),
             TAG_BLOCK => {
@@ -465,12 +543,12 @@ fn read_txn(
             }
         }
     }
-    Ok(Some(Txn {
+    Ok(Txn {
         checkpointed: first.checkpointed,
         writes,
         revokes,
         deltas,
-    }))
+    })
 }
 
 /// Finds the transactions a replay must re-apply, then the byte-log records above the floor

@@ -334,6 +334,9 @@ impl Fs {
             if let Some(l) = inner.bytelog.as_mut() {
                 l.in_use = active;
             }
+            if inner.journal.is_some() {
+                inner.sb.features_incompat |= crate::format::FEATURE_JOURNAL_COMPACT;
+            }
             inner.sb.state = STATE_MOUNTED;
             inner.sb.mount_count = inner.sb.mount_count.wrapping_add(1); // a counter only
             inner.write_superblocks_in_place()?;
@@ -1183,6 +1186,7 @@ impl Inner {
         // the superblock can say so.
         self.checkpoint_now()?;
         self.sb.state = STATE_CLEAN;
+        self.sb.features_incompat &= !crate::format::FEATURE_JOURNAL_COMPACT;
         self.write_superblocks_in_place()?;
         self.unmounted = true;
         Ok(())

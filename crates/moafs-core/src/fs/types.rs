@@ -420,6 +420,9 @@ pub struct EngineCounters {
     /// Transactions written to the journal, and the journal blocks they took.
     pub journal_commits: u64,
     pub journal_blocks_written: u64,
+    /// Of those transactions, the compact ones (one header block with the revokes and
+    /// delta records inline, no commit block: FORMAT §12).
+    pub journal_compact: u64,
     /// File data blocks carried by transactions (`journal=data`).
     pub data_blocks_journaled: u64,
     /// Commits too large for the journal, written in place instead.
@@ -499,6 +502,7 @@ impl EngineCounters {
                 .unlocked_reads_stale
                 .saturating_sub(e.unlocked_reads_stale),
             journal_commits: self.journal_commits.saturating_sub(e.journal_commits),
+            journal_compact: self.journal_compact.saturating_sub(e.journal_compact),
             journal_blocks_written: self
                 .journal_blocks_written
                 .saturating_sub(e.journal_blocks_written),
