@@ -35,7 +35,7 @@ log disk-delta
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-delta.json > disk-delta.txt 2>&1
 fi
 # then at 0420a5c (data that ages in memory), M rebuilt; moafs also with bigger memory bounds:
-if [ -z "${UNLOCKED:-}${ATTR:-}${ATTR2:-}${FINAL:-}" ]; then
+if [ -z "${UNLOCKED:-}${ATTR:-}${ATTR2:-}${FINAL:-}${COMPACT:-}" ]; then
 log disk-aging
 $M bench --target 'ext4,moafs,moafs@dirty_max=1G;cache_size=2G' --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-aging.json > disk-aging.txt 2>&1
 log shm-aging

@@ -498,6 +498,17 @@ impl Inner {
             Some(c) if c.logged => 1,
             _ => 0,
         };
+        // The block that holds the end of a file truncated below its size on disk: its
+        // zeroed tail in place, before the transaction, would show zeros under the old size
+        // (no write gave them), so it is journaled in `ordered` mode whatever the share.
+        let bs = self.bs() as u64;
+        let cut = |k: usize| {
+            let idx = placed[k].1;
+            placed[k].2
+                && node.saved.as_ref().is_some_and(|s| {
+                    node.d.size < s.size && idx == node.d.size / bs && idx * bs < s.size
+                })
+        };
         let mut runs: Vec<(u64, Vec<Block>, bool)> = Vec::new();
         let mut i = 0;
         while i < placed.len() {
@@ -506,6 +517,7 @@ impl Inner {
                 && placed[j].0 == placed[j - 1].0 + 1
                 && placed[j].2 == placed[i].2
                 && logged(j) == logged(i)
+                && cut(j) == cut(i)
                 && j - i < 256
             {
                 j += 1;
@@ -533,7 +545,8 @@ impl Inner {
             // it is durable.
             let must = logged(i) == 2
                 || symlink
-                || (self.opts.journal == JournalMode::Data && placed[i].2);
+                || (self.opts.journal == JournalMode::Data && placed[i].2)
+                || (self.opts.journal == JournalMode::Ordered && cut(i));
             let journal = journaled && (must || self.txn_data_budget >= (j - i) as u64);
             if journal {
                 self.txn_data_budget = self.txn_data_budget.saturating_sub((j - i) as u64);
