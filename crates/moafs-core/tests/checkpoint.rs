@@ -7,7 +7,6 @@ mod common;
 use common::ME;
 use moafs_core::device::{BlockDevice, DevResult, DeviceCounters, MemDevice};
 use moafs_core::fs::{JournalMode, MountOptions, ROOT_INO};
-use moafs_core::mkfs::{mkfs, MkfsOptions};
 use moafs_core::Fs;
 use std::sync::{Arc, Mutex};
 
@@ -79,16 +78,7 @@ impl BlockDevice for Logging {
 
 /// A fresh image of `mb` MiB with a journal of `journal` blocks (None: mkfs's default).
 fn image_with(mb: u64, journal: Option<u32>) -> Arc<MemDevice> {
-    let mem = Arc::new(MemDevice::new(mb << 20));
-    mkfs(
-        mem.as_ref(),
-        &MkfsOptions {
-            journal_blocks: journal,
-            ..MkfsOptions::default()
-        },
-    )
-    .expect("mkfs");
-    mem
+    common::new_dev_journal(mb << 20, journal)
 }
 
 fn opts() -> MountOptions {
@@ -162,23 +152,29 @@ fn metadata_waits_in_the_journal_and_goes_home_once() {
     }
 }
 
-#[test]
-fn a_crash_before_any_checkpoint_replays_every_transaction() {
-    let mem = image_with(64, Some(4096));
-    let fs = common::mount_with(&mem, opts());
-    let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).expect("mkdir").ino;
-    for i in 0..50u32 {
+/// Creates files `f0` .. `f{n-1}` in `d`, file i holding i's bytes 300 times, each written
+/// and fsynced; after file i with `i % every == at`, unlinks file i - 1.
+fn fsynced_files(fs: &Fs, d: u64, n: u32, every: u32, at: u32) {
+    for i in 0..n {
         let a = fs
             .create(d, format!("f{i}").as_bytes(), 0o644, ME)
             .expect("create");
         fs.write(a.ino, 0, &i.to_le_bytes().repeat(300))
             .expect("write");
         fs.fsync(a.ino, false).expect("fsync");
-        if i % 7 == 3 {
+        if i % every == at {
             fs.unlink(d, format!("f{}", i - 1).as_bytes())
                 .expect("unlink");
         }
     }
+}
+
+#[test]
+fn a_crash_before_any_checkpoint_replays_every_transaction() {
+    let mem = image_with(64, Some(4096));
+    let fs = common::mount_with(&mem, opts());
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).expect("mkdir").ino;
+    fsynced_files(&fs, d, 50, 7, 3);
     assert_eq!(
         fs.counters().checkpoints,
         0,
@@ -544,18 +540,7 @@ fn small_fsyncs_are_compact_and_a_torn_one_is_not_replayed() {
     fs.fsync(d, false).expect("fsync d");
     let before = fs.counters();
     let n = 30u32;
-    for i in 0..n {
-        let a = fs
-            .create(d, format!("f{i}").as_bytes(), 0o644, ME)
-            .expect("create");
-        fs.write(a.ino, 0, &i.to_le_bytes().repeat(300))
-            .expect("write");
-        fs.fsync(a.ino, false).expect("fsync");
-        if i % 5 == 4 {
-            fs.unlink(d, format!("f{}", i - 1).as_bytes())
-                .expect("unlink");
-        }
-    }
+    fsynced_files(&fs, d, n, 5, 4);
     let c = fs.counters().since(&before);
     assert!(c.journal_commits >= n as u64, "{c:?}");
     assert_eq!(c.journal_compact, c.journal_commits, "{c:?}");

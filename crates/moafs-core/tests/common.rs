@@ -8,8 +8,20 @@ use std::sync::Arc;
 pub const ME: Caller = Caller::ROOT;
 
 pub fn new_dev(size: u64) -> Arc<MemDevice> {
+    new_dev_journal(size, None)
+}
+
+/// A fresh image of `size` bytes with a journal of `journal_blocks` (None: mkfs's default).
+pub fn new_dev_journal(size: u64, journal_blocks: Option<u32>) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(size));
-    mkfs(dev.as_ref(), &MkfsOptions::default()).expect("mkfs");
+    mkfs(
+        dev.as_ref(),
+        &MkfsOptions {
+            journal_blocks,
+            ..MkfsOptions::default()
+        },
+    )
+    .expect("mkfs");
     dev
 }
 

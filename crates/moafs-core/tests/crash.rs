@@ -999,18 +999,9 @@ static ORPHAN_STATES: AtomicU64 = AtomicU64::new(0);
 
 /// Runs one workload; returns the number of crash states checked and the engine's counters.
 fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
-    let mem = Arc::new(MemDevice::new(IMAGE));
     // Every third seed: the smallest journal (32 blocks), so that compact transactions of
     // small fsyncs still fill it and commits run checkpoints (the default is 64 here).
-    let journal_blocks = (ctx.seed % 3 == 2).then_some(32);
-    mkfs(
-        mem.as_ref(),
-        &MkfsOptions {
-            journal_blocks,
-            ..MkfsOptions::default()
-        },
-    )
-    .expect("mkfs");
+    let mem = common::new_dev_journal(IMAGE, (ctx.seed % 3 == 2).then_some(32));
     let fault = Arc::new(FaultDevice::new(
         mem as Arc<dyn BlockDevice>,
         FaultConfig {

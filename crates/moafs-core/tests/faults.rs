@@ -14,18 +14,8 @@ fn fresh(size: u64) -> Arc<MemDevice> {
     fresh_with(size, None)
 }
 
-/// A fresh image with a journal of `journal_blocks` (None: mkfs's default).
 fn fresh_with(size: u64, journal_blocks: Option<u32>) -> Arc<MemDevice> {
-    let mem = Arc::new(MemDevice::new(size));
-    mkfs(
-        mem.as_ref(),
-        &MkfsOptions {
-            journal_blocks,
-            ..MkfsOptions::default()
-        },
-    )
-    .expect("mkfs");
-    mem
+    common::new_dev_journal(size, journal_blocks)
 }
 
 fn faulty(mem: &Arc<MemDevice>, cfg: FaultConfig) -> Arc<FaultDevice> {
