@@ -409,3 +409,41 @@ fn reads_with_the_lock_released_never_see_stale_blocks() {
     drop(fs);
     fsck_clean(&mem);
 }
+
+/// The warm pass of a size change looks up the mapping of what a truncate frees, a bounded
+/// number of indirect blocks: a truncate to 2^63 - 1 (xfstests generic/525) once walked the
+/// whole range and never returned, and so did shrinking a huge sparse file.
+#[test]
+fn size_changes_of_huge_sparse_files_return() {
+    let fs = Arc::new(mount(&new_dev(64 << 20)));
+    let ino = fs.create(ROOT_INO, b"f", 0o644, ME).expect("create").ino;
+    let (tx, rx) = mpsc::channel();
+    let f = fs.clone();
+    std::thread::spawn(move || {
+        let size = |s: u64| {
+            f.setattr(
+                ino,
+                &SetAttr {
+                    size: Some(s),
+                    ..Default::default()
+                },
+            )
+        };
+        let huge = size((1 << 63) - 1).map(|a| a.size);
+        let largest = size(1 << 41).map(|a| a.size);
+        f.write(ino, (1 << 41) - 4096, b"end")
+            .expect("write at the end");
+        let back = size(5000).map(|a| a.size);
+        tx.send((huge, largest, back)).unwrap();
+    });
+    let (huge, largest, back) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the size changes return");
+    assert!(
+        huge.is_err(),
+        "2^63 - 1 bytes is past the largest file: {huge:?}"
+    );
+    assert_eq!(largest.expect("a 2 TiB sparse file"), 1 << 41);
+    assert_eq!(back.expect("shrunk"), 5000);
+    assert_eq!(fs.read(ino, 0, 10_000).expect("read").len(), 5000);
+}

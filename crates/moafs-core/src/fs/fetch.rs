@@ -29,6 +29,9 @@ use crate::error::{FsError, FsResult};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::MutexGuard;
 
+/// Runs of `ptrs_per_block` blocks whose mapping one warm pass looks up at most.
+const MAX_MAP_RUNS: u64 = 4096;
+
 /// Warm passes per operation at most: each waits for one round of device reads (a
 /// directory's inode, then its indirect block, then its blocks); past this the operation
 /// reads what it still misses under the lock.
@@ -260,17 +263,22 @@ impl Inner {
         Some(ino)
     }
 
-    /// Warm pass: the indirect blocks that map blocks `first..=last` of `ino`.
+    /// Warm pass: the indirect blocks that map blocks `first..=last` of `ino` — at most
+    /// `MAX_MAP_RUNS` runs of them (a truncate of a huge sparse file would otherwise look
+    /// up billions; what a pass leaves out, the operation reads under the lock).
     pub(crate) fn warm_map(&mut self, ino: u64, first: u64, last: u64) {
         if self.map_resident(ino, last) || self.inode(ino).is_err() {
             return;
         }
         // an indirect block maps an aligned run of `per` blocks: one lookup in each run
         let per = crate::format::ptrs_per_block(self.alloc.geo.block_size);
+        let last = last.min(self.bounds().max_file_blocks().saturating_sub(1));
         let mut idx = first;
-        while idx < last {
+        let mut runs = 0;
+        while idx < last && runs < MAX_MAP_RUNS {
             let _ = self.bmap(ino, idx);
             idx = idx.saturating_add(per);
+            runs += 1;
         }
         let _ = self.bmap(ino, last);
     }
@@ -295,9 +303,9 @@ impl Inner {
         self.warm_map(ino, offset / bs, last);
     }
 
-    /// Warm pass for a change of the size of `ino` to `size`: the mapping between the two
-    /// sizes (what a truncate frees) and the block the new end falls in (its tail is
-    /// zeroed).
+    /// Warm pass for a change of the size of `ino` to `size`: when it shrinks, the mapping
+    /// between the two sizes (what the truncate frees) and the block the new end falls in
+    /// (its tail is zeroed). Growing reads nothing (the new part is a hole).
     pub(crate) fn warm_truncate(&mut self, ino: u64, size: u64) {
         let bs = self.bs() as u64;
         self.warm_inode(ino);
@@ -305,8 +313,8 @@ impl Inner {
             return;
         };
         let old = node.d.size;
-        let (lo, hi) = (old.min(size), old.max(size));
-        if lo == hi {
+        let (lo, hi) = (size, old);
+        if lo >= hi {
             return;
         }
         self.warm_map(ino, lo / bs, (hi - 1) / bs);
