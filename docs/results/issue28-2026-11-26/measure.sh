@@ -5,7 +5,7 @@
 # counting, branch wt-count at 965ffd1), for the before/after rows. Nothing else runs meanwhile.
 # item 5 rows: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 UNLOCKED=1 OUT=docs/results/issue28-2026-11-26 bash measure.sh
 # item 3 and 5 rows at 3cc9d07: the same with ATTR=1 instead of UNLOCKED=1, and B= the before binary; then ATTR2=1; then FINAL=1;
-# compact transactions: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 COMPACT=1 (the first three sections run unless their ONLY_ variable is set, the later ones only when theirs is)
+# compact transactions: ONLY_AFTER2=1 ONLY_DELTA=1 ONLY_AGING=1 COMPACT=1 (then REUSE=1 instead of COMPACT=1) (the first three sections run unless their ONLY_ variable is set, the later ones only when theirs is)
 set -u
 M=${M:-$PWD/target/release/moafs}
 B=${B:-}
@@ -35,7 +35,7 @@ log disk-delta
 $M bench --target ext4,moafs --workload varmail,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-delta.json > disk-delta.txt 2>&1
 fi
 # then at 0420a5c (data that ages in memory), M rebuilt; moafs also with bigger memory bounds:
-if [ -z "${UNLOCKED:-}${ATTR:-}${ATTR2:-}${FINAL:-}${COMPACT:-}" ]; then
+if [ -z "${UNLOCKED:-}${ATTR:-}${ATTR2:-}${FINAL:-}${COMPACT:-}${REUSE:-}" ]; then
 log disk-aging
 $M bench --target 'ext4,moafs,moafs@dirty_max=1G;cache_size=2G' --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 --backing /var/tmp/moafs-i28 --duration 20 --reps 3 --json disk-aging.json > disk-aging.txt 2>&1
 log shm-aging
@@ -90,5 +90,13 @@ log disk-compact
 $M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1,append-128-t1 --backing /var/tmp/moafs-i28 --duration 15 --reps 3 --json disk-compact.json > disk-compact.txt 2>&1
 log shm-compact
 $M bench --target ext4,moafs --workload varmail,postmark-quick,fsync-4k-t1 --backing /dev/shm --duration 15 --reps 3 --json shm-compact.json > shm-compact.txt 2>&1
+log done
+fi
+# then inode numbers no commit wrote reused at once, M rebuilt: PostMark on disk and DRAM
+if [ -n "${REUSE:-}" ]; then
+log disk-reuse
+$M bench --target ext4,moafs --workload postmark-quick,varmail --backing /var/tmp/moafs-i28 --duration 15 --reps 3 --json disk-reuse.json > disk-reuse.txt 2>&1
+log shm-reuse
+$M bench --target ext4,moafs --workload postmark-quick --backing /dev/shm --duration 15 --reps 3 --json shm-reuse.json > shm-reuse.txt 2>&1
 log done
 fi

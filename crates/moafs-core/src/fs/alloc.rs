@@ -408,6 +408,16 @@ impl Allocator {
         self.pending_blocks.push((first, count));
     }
 
+    /// Frees an inode number at once: one no commit has written (the images on disk, the
+    /// commit in flight's included, show it free), so nothing on disk names it and no replay
+    /// can bring it back. Postmark-like workloads create and delete thousands of files
+    /// between two commits; reusing their numbers keeps the commit's inode-table blocks few.
+    pub fn free_inode_now(&mut self, ino: u64) {
+        let g = self.geo.group_of_inode(ino);
+        self.groups[g as usize].dirty = true;
+        self.release(Vec::new(), vec![ino]);
+    }
+
     /// Queues an inode number for freeing.
     pub fn free_inode_later(&mut self, ino: u64) {
         let g = self.geo.group_of_inode(ino);

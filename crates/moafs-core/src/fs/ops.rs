@@ -212,7 +212,12 @@ impl Inner {
                 perm |= libc::S_ISGID;
             }
         }
-        let old_gen = self.read_disk_inode(ino).map(|d| d.generation).unwrap_or(0);
+        // a number freed since the last commit (never written: `maybe_reap`) has its last
+        // generation in `dead`, whose zeroed slot it replaces; else the slot on disk
+        let old_gen = match self.dead.remove(&ino) {
+            Some(d) => d.generation,
+            None => self.read_disk_inode(ino).map(|d| d.generation).unwrap_or(0),
+        };
         self.init_itable_slot(ino)?;
         let d = DiskInode {
             mode: kind.mode_bits() | perm,
@@ -357,7 +362,10 @@ impl Inner {
             self.alloc.note_dir_removed(ino);
         }
         let generation = self.inode(ino)?.d.generation;
+        // No commit wrote it (not even one in flight: those take `saved` when they plan).
+        let never_saved = self.inode(ino)?.saved.is_none();
         self.inodes.remove(&ino);
+        self.aging.forget(ino);
         // The zeroed slot (keeping the generation) is written at the next commit.
         self.dead.insert(
             ino,
@@ -366,7 +374,13 @@ impl Inner {
                 ..Default::default()
             },
         );
-        self.alloc.free_inode_later(ino);
+        if never_saved {
+            // reusable at once: the next create of this number takes its generation from
+            // `dead` (the slot is written zeroed at the next commit if nobody takes it)
+            self.alloc.free_inode_now(ino);
+        } else {
+            self.alloc.free_inode_later(ino);
+        }
         Ok(())
     }
 
