@@ -74,12 +74,12 @@ impl Aging {
         });
     }
 
-    /// The next commit writes the data of `ino` whatever its age (module comment).
     /// Inode `ino` was freed: its number may name another file before the next commit.
     pub(crate) fn forget(&mut self, ino: u64) {
         self.files.remove(&ino);
     }
 
+    /// The next commit writes the data of `ino` whatever its age (module comment).
     pub(crate) fn make_due(&mut self, ino: u64) {
         if let Some(y) = self.files.get_mut(&ino) {
             y.due = true;
