@@ -93,6 +93,10 @@ pub const TARGETS: &[(&str, &str)] = &[
         "the FUSE floor: ext4 as for ext4, passed through FUSE with moafs's transport and no engine (managed)",
     ),
     (
+        "memfs",
+        "the FUSE ceiling: a file system in the daemon's memory, served by moafs's transport with no engine and no device (managed)",
+    ),
+    (
         "DIR",
         "any existing directory, e.g. a mount point (a fresh subdirectory per run)",
     ),

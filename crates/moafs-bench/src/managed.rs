@@ -26,6 +26,9 @@ pub enum Kind {
     /// The FUSE floor: ext4 on a loop device, passed through FUSE by `moafs passthrough`
     /// with moafs's transport and no engine.
     Passthrough,
+    /// The FUSE ceiling: an in-memory file system (`moafs memfs`) served by moafs's transport
+    /// with no engine and no device (no image, no loop device; its capacity is the image size).
+    Memfs,
 }
 
 impl Kind {
@@ -37,6 +40,7 @@ impl Kind {
             "btrfs" => Kind::Btrfs,
             "fuse2fs" => Kind::Fuse2fs,
             "passthrough" => Kind::Passthrough,
+            "memfs" => Kind::Memfs,
             _ => return None,
         })
     }
@@ -49,6 +53,7 @@ impl Kind {
             Kind::Btrfs => "btrfs",
             Kind::Fuse2fs => "fuse2fs",
             Kind::Passthrough => "passthrough",
+            Kind::Memfs => "memfs",
         }
     }
 
@@ -58,7 +63,7 @@ impl Kind {
             Kind::Ext4 | Kind::Fuse2fs | Kind::Passthrough => ("mkfs.ext4", &["-q", "-F"]),
             Kind::Xfs => ("mkfs.xfs", &["-q", "-f"]),
             Kind::Btrfs => ("mkfs.btrfs", &["-q", "-f"]),
-            Kind::Moafs => ("moafs", &[]),
+            Kind::Moafs | Kind::Memfs => ("moafs", &[]),
         }
     }
 }
@@ -71,7 +76,7 @@ pub struct ManagedOptions {
     pub size: u64,
     /// Directory for the image and the mount point (e.g. /dev/shm).
     pub backing: PathBuf,
-    /// The moafs binary (for `Kind::Moafs` and `Kind::Passthrough`).
+    /// The moafs binary (for `Kind::Moafs`, `Kind::Passthrough` and `Kind::Memfs`).
     pub moafs: PathBuf,
     /// Extra `moafs mount -o` (or `moafs passthrough -o`) options.
     pub moafs_options: String,
@@ -318,7 +323,9 @@ impl Managed {
         };
         // From here on, an error drops `m`, which takes down whatever was set up.
         std::fs::create_dir(&m.mnt)?;
-        std::fs::File::create(&m.img)?.set_len(o.size)?;
+        if o.kind != Kind::Memfs {
+            std::fs::File::create(&m.img)?.set_len(o.size)?;
+        }
         match o.kind {
             Kind::Moafs => {
                 // mkfs on the image file, then moafs mounts the loop device over it
@@ -385,6 +392,19 @@ impl Managed {
                 let pid = std::fs::read_to_string(&pidfile)?;
                 m.daemon_pid = pid.trim().parse().ok();
                 m.start = Some(BlockStat::of(&dev)?);
+            }
+            Kind::Memfs => {
+                // no image: the capacity is the image size of the other targets
+                let pidfile = m.work.join("pid");
+                let mut opts = format!("pidfile={},size={}", pidfile.display(), o.size);
+                if !o.moafs_options.is_empty() {
+                    opts = format!("{opts},{}", o.moafs_options);
+                }
+                run(Command::new(&o.moafs)
+                    .args(["memfs", "-o", &opts])
+                    .arg(&m.mnt))?;
+                let pid = std::fs::read_to_string(&pidfile)?;
+                m.daemon_pid = pid.trim().parse().ok();
             }
         }
         if !is_mounted(&m.mnt) {
@@ -522,11 +542,25 @@ impl Managed {
     /// Unmounts and waits for a FUSE daemon to exit.
     fn unmount(&mut self, errors: &mut Vec<String>) {
         if is_mounted(&self.mnt) {
-            let res = if self.daemon_pid.is_some() {
-                run(Command::new("fusermount3").arg("-u").arg(&self.mnt))
-            } else {
-                run(Command::new("umount").arg(&self.mnt))
+            let once = || {
+                if self.daemon_pid.is_some() {
+                    run(Command::new("fusermount3").arg("-u").arg(&self.mnt))
+                } else {
+                    run(Command::new("umount").arg(&self.mnt))
+                }
             };
+            // Busy for a moment after a workload's last process exits (its files are closed
+            // asynchronously, a probe by udev or blkid holds the mount): try again a few times.
+            let mut res = once();
+            for _ in 0..10 {
+                match &res {
+                    Err(e) if e.to_string().contains("busy") => {
+                        std::thread::sleep(Duration::from_millis(200));
+                        res = once();
+                    }
+                    _ => break,
+                }
+            }
             if let Err(e) = res {
                 // busy: detach lazily rather than leave it behind
                 errors.push(e.to_string());

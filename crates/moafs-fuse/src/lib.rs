@@ -35,6 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod memfs;
 pub mod passthrough;
 pub mod poll;
 pub mod uring;
@@ -444,19 +445,6 @@ impl MoafsFuse {
             Err(e) => reply.error(errno(&e)),
         }
     }
-
-    fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
-        if size == 0 {
-            match u32::try_from(data.len()) {
-                Ok(n) => reply.size(n),
-                Err(_) => reply.error(Errno::E2BIG),
-            }
-        } else if data.len() > size as usize {
-            reply.error(Errno::ERANGE);
-        } else {
-            reply.data(data);
-        }
-    }
 }
 
 impl Filesystem for MoafsFuse {
@@ -481,9 +469,7 @@ impl Filesystem for MoafsFuse {
             ),
             Err(FsError::NotFound) if !self.ttl.is_zero() => {
                 // A negative entry (node id 0) that the kernel may cache for the TTL.
-                let mut attr = file_attr(&negative_attr());
-                attr.ino = INodeNo(0);
-                reply.entry(&self.ttl, &attr, Generation(0));
+                reply.entry(&self.ttl, &negative_attr(), Generation(0));
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -963,7 +949,7 @@ impl Filesystem for MoafsFuse {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         self.transport.note();
         match self.fs.getxattr(ino.0, name.as_bytes()) {
-            Ok(v) => Self::xattr_reply(reply, &v, size),
+            Ok(v) => xattr_reply(reply, &v, size),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -977,7 +963,7 @@ impl Filesystem for MoafsFuse {
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
-                Self::xattr_reply(reply, &buf, size);
+                xattr_reply(reply, &buf, size);
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -1035,24 +1021,39 @@ impl Filesystem for MoafsFuse {
     }
 }
 
-/// Attributes for a negative entry (only the timeouts matter to the kernel).
-fn negative_attr() -> Attr {
-    Attr {
-        ino: 0,
+/// Attributes of a negative entry (node 0): only the timeout matters to the kernel.
+pub(crate) fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
         size: 0,
-        blocks_512: 0,
-        atime: Timespec::default(),
-        mtime: Timespec::default(),
-        ctime: Timespec::default(),
-        crtime: Timespec::default(),
-        kind: FileKind::Regular,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
         perm: 0,
         nlink: 0,
         uid: 0,
         gid: 0,
         rdev: 0,
         blksize: 4096,
-        generation: 0,
+        flags: 0,
+    }
+}
+
+/// Answers GETXATTR/LISTXATTR with `data`: its size when asked for the size (`size` 0),
+/// ERANGE when it does not fit in `size`.
+pub(crate) fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
+    if size == 0 {
+        match u32::try_from(data.len()) {
+            Ok(n) => reply.size(n),
+            Err(_) => reply.error(Errno::E2BIG),
+        }
+    } else if data.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(data);
     }
 }
 

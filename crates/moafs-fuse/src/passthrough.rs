@@ -19,7 +19,10 @@
 //! SEEK_DATA/SEEK_HOLE (the kernel's generic one answers), copy_file_range (the kernel
 //! copies), times of symbolic links, inode generations (always 0).
 
-use crate::{from_system_time, to_system_time, uring, Adapter, MountConfig, Transport};
+use crate::{
+    from_system_time, negative_attr, to_system_time, uring, xattr_reply, Adapter, MountConfig,
+    Transport,
+};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -167,27 +170,6 @@ fn attr_of(ino: u64, st: &libc::stat) -> FileAttr {
         gid: st.st_gid,
         rdev: st.st_rdev as u32,
         blksize: st.st_blksize as u32,
-        flags: 0,
-    }
-}
-
-/// Attributes of a negative entry (node 0): only the timeout matters to the kernel.
-fn negative_attr() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
         flags: 0,
     }
 }
@@ -1191,19 +1173,6 @@ fn empty(reply: ReplyEmpty, res: Result<(), Errno>) {
     match res {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(e),
-    }
-}
-
-fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
-    if size == 0 {
-        match u32::try_from(data.len()) {
-            Ok(n) => reply.size(n),
-            Err(_) => reply.error(Errno::E2BIG),
-        }
-    } else if data.len() > size as usize {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(data);
     }
 }
 

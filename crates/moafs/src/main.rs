@@ -62,6 +62,10 @@ enum Cmd {
     /// Mount SOURCE (a directory) on MOUNTPOINT through FUSE with moafs's transport and no
     /// engine: the FUSE floor target of `moafs bench` (returns once the mount is ready unless -f).
     Passthrough(PassthroughArgs),
+    /// Mount an empty file system kept in the daemon's memory on MOUNTPOINT, served by moafs's
+    /// transport with no engine and no device: the FUSE ceiling target of `moafs bench`
+    /// (returns once the mount is ready unless -f; its contents go at unmount).
+    Memfs(MemfsArgs),
     /// Run paper 000's co-writing experiments in-process on the model disk (aged images,
     /// cowrite=on vs off; modelled time, device writes, bandwidth).
     Experiment(ExperimentArgs),
@@ -184,6 +188,7 @@ fn main() -> ExitCode {
         Cmd::Age(a) => report(cmd_age(&a)),
         Cmd::Experiment(a) => report(cmd_experiment(&a)),
         Cmd::Passthrough(a) => cmd_passthrough(&a),
+        Cmd::Memfs(a) => cmd_memfs(&a),
     };
     ExitCode::from(code)
 }
