@@ -91,6 +91,9 @@ pub struct Hygiene {
     /// Run the workload (pollution runs included) in a cgroup with this hard memory limit,
     /// bytes (root; see [`crate::cgroup`]).
     pub memory_limit: Option<u64>,
+    /// Count the FUSE requests of the measured phase by opcode (FUSE targets; root, perf and
+    /// the kernel's FUSE tracepoints: see [`crate::fusetrace`]).
+    pub fuse_requests: bool,
 }
 
 impl Default for Hygiene {
@@ -100,6 +103,7 @@ impl Default for Hygiene {
             watch: None,
             background: Background::None,
             memory_limit: None,
+            fuse_requests: false,
         }
     }
 }

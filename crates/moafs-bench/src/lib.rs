@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod cowrite_exp;
 pub mod env;
 pub mod filebench;
+pub mod fusetrace;
 pub mod html;
 pub mod hygiene;
 pub mod latency;
@@ -139,6 +140,9 @@ pub struct Run {
     pub measured_device_write_bytes: Option<u64>,
     /// Scenario C: bytes of the pollution runs' files present through the measured run.
     pub pollution_bytes: Option<u64>,
+    /// FUSE requests the kernel sent during the measured phase, by opcode (`--fuse-requests`,
+    /// FUSE targets only).
+    pub fuse_requests: Option<fusetrace::Counts>,
     /// The hard memory limit the run (pollution runs included) was under, bytes.
     pub memory_limit: Option<u64>,
     /// Under a memory limit, whether the loop device the target is mounted from (a kernel
@@ -188,6 +192,9 @@ pub struct Report {
     pub device_bytes_per_byte_written: Option<Summary>,
     /// Over the runs: CPU microseconds per operation, harness and FUSE daemon together.
     pub cpu_us_per_op: Option<Summary>,
+    /// FUSE requests per operation by opcode (`TOTAL` for all), the mean over the runs that
+    /// counted them (`--fuse-requests`).
+    pub fuse_requests_per_op: Option<fusetrace::PerOp>,
     /// Latency percentiles of the measured phase by operation type: each the mean over the
     /// runs of that run's percentile.
     pub latency: BTreeMap<String, LatencyOverRuns>,
@@ -327,6 +334,11 @@ fn run_once(
     }
     let other = hygiene.watch.map(hygiene::other_disk_activity);
     let job: RefCell<Option<(BackgroundJob, BackgroundPlan)>> = RefCell::new(None);
+    // A FUSE mount's requests (the kernel's own targets have none to count)
+    let fuse_dir = dir
+        .as_deref()
+        .filter(|d| hygiene.fuse_requests && fusetrace::is_fuse_mount(d));
+    let fuse_counter: RefCell<Option<fusetrace::Counter>> = RefCell::new(None);
     let device_at_start = RefCell::new(None);
     // CPU is counted from the measured phase's start (after the setup, before the job)
     let before = RefCell::new(procstat::before(t.daemon_pid()));
@@ -353,6 +365,9 @@ fn run_once(
         *before.borrow_mut() = procstat::before(t.daemon_pid());
         *cache_before.borrow_mut() = env::MemInfo::now();
         *device_at_start.borrow_mut() = dir.as_deref().and_then(hygiene::block_device_written);
+        if let Some(d) = fuse_dir {
+            *fuse_counter.borrow_mut() = Some(fusetrace::Counter::start(d)?);
+        }
         start_background()
     };
     let outcome = if matches!(spec, Spec::Postmark(_)) {
@@ -362,6 +377,10 @@ fn run_once(
         spec.run(t.as_ref(), &between)
     };
     let cost = procstat::after(&before.borrow());
+    let fuse_requests = match fuse_counter.into_inner() {
+        Some(c) => Some(c.stop()?),
+        None => None,
+    };
     let background = match job.into_inner() {
         Some((j, plan)) => Some((j.stop()?, plan)),
         None => None,
@@ -416,6 +435,7 @@ fn run_once(
             seed: spec.seed(),
             cache_before: cache_before.into_inner(),
             mount_options,
+            fuse_requests,
         },
     ))
 }
@@ -464,7 +484,12 @@ fn summarise(
     mount_options.sort();
     mount_options.dedup();
     let bad = || io::Error::other("a run produced no finite measure");
+    let fuse: Vec<_> = runs
+        .iter()
+        .filter_map(|r| Some((r.fuse_requests.as_ref()?, r.outcome.operations())))
+        .collect();
     Ok(Report {
+        fuse_requests_per_op: fusetrace::PerOp::of(&fuse),
         cpu_us_per_op: Summary::of(&cpu),
         workload: workload_name.to_string(),
         config: spec.clone(),

@@ -124,7 +124,7 @@ struct Node {
 
 impl Node {
     fn new(kind: FileType, perm: u16, uid: u32, gid: u32, body: Body) -> Node {
-        let now = SystemTime::now();
+        let now = now();
         Node {
             kind,
             perm,
@@ -291,7 +291,7 @@ impl Table {
         node.lookups = 1;
         let attr = node.attr(ino);
         self.nodes.insert(ino, node);
-        let now = SystemTime::now();
+        let now = now();
         let p = self.node_mut(parent)?;
         p.dir_mut()?.insert(name, ino);
         if is_dir {
@@ -312,7 +312,7 @@ impl Table {
             (true, true) if !child.dir()?.names.is_empty() => return Err(Errno::ENOTEMPTY),
             _ => {}
         }
-        let now = SystemTime::now();
+        let now = now();
         let p = self.node_mut(parent)?;
         p.dir_mut()?.remove(name);
         if dir {
@@ -343,7 +343,7 @@ impl Table {
             return Ok(());
         }
         let src_dir = self.node(src)?.kind == FileType::Directory;
-        let now = SystemTime::now();
+        let now = now();
         if exchange {
             let dst = dst.ok_or(Errno::ENOENT)?;
             let dst_dir = self.node(dst)?.kind == FileType::Directory;
@@ -458,7 +458,7 @@ impl Table {
             .filter(|&e| e <= MAX_FILE)
             .ok_or(Errno::EFBIG)?;
         self.allocate(ino, offset / PAGE, (end - 1) / PAGE)?;
-        let now = SystemTime::now();
+        let now = now();
         let n = self.node_mut(ino)?;
         let Body::File(pages) = &mut n.body else {
             return Err(Errno::EISDIR);
@@ -535,9 +535,16 @@ pub struct Memfs {
     next_dir: AtomicU64,
 }
 
+/// The time the kernel would stamp now (its coarse clock), as moafs's engine stamps: a time
+/// from a finer clock would be later than the kernel's own stamp at the next write, which then
+/// dirties the inode's times and costs a SETATTR at close that moafs does not get.
+fn now() -> SystemTime {
+    crate::to_system_time(moafs_core::fs::Timespec::now())
+}
+
 fn time_or_now(t: fuser::TimeOrNow) -> SystemTime {
     match t {
-        fuser::TimeOrNow::Now => SystemTime::now(),
+        fuser::TimeOrNow::Now => now(),
         fuser::TimeOrNow::SpecificTime(t) => t,
     }
 }
@@ -671,7 +678,7 @@ impl Filesystem for Memfs {
             if let Some(size) = size {
                 t.truncate(ino.0, size)?;
             }
-            let now = SystemTime::now();
+            let now = now();
             let n = t.node_mut(ino.0)?;
             if let Some(m) = mode {
                 n.perm = (m & 0o7777) as u16;
@@ -828,7 +835,7 @@ impl Filesystem for Memfs {
             if t.node(newparent.0)?.dir()?.get(name).is_some() {
                 return Err(Errno::EEXIST);
             }
-            let now = SystemTime::now();
+            let now = now();
             let p = t.node_mut(newparent.0)?;
             p.dir_mut()?.insert(name, ino.0);
             p.mtime = now;
@@ -1091,7 +1098,7 @@ impl Filesystem for Memfs {
                 return Err(Errno::ENODATA);
             }
             n.xattrs.insert(name.to_vec(), value.to_vec());
-            n.ctime = SystemTime::now();
+            n.ctime = now();
             Ok(())
         });
         empty(reply, res);
@@ -1128,7 +1135,7 @@ impl Filesystem for Memfs {
         let mut t = self.table();
         let res = t.node_mut(ino.0).and_then(|n| {
             n.xattrs.remove(name.as_bytes()).ok_or(Errno::ENODATA)?;
-            n.ctime = SystemTime::now();
+            n.ctime = now();
             Ok(())
         });
         empty(reply, res);
@@ -1187,7 +1194,7 @@ impl Filesystem for Memfs {
                 PUNCH => t.punch(ino.0, offset, length)?,
                 _ => return Err(Errno::EOPNOTSUPP),
             }
-            let now = SystemTime::now();
+            let now = now();
             let n = t.node_mut(ino.0)?;
             n.mtime = now;
             n.ctime = now;

@@ -67,6 +67,12 @@ pub(crate) struct BenchArgs {
     /// against it, FUSE daemons stay outside. Paper 002's machine had 4 GB.
     #[arg(long)]
     pub(crate) memory_limit: Option<String>,
+    /// Count the FUSE requests the kernel sends each FUSE target during the measured phase,
+    /// by opcode, and report them per operation (root; perf and the kernel's FUSE
+    /// tracepoints, Linux 6.15+). Counting costs the kernel a little per request: compare
+    /// rates from runs without it.
+    #[arg(long)]
+    pub(crate) fuse_requests: bool,
 }
 
 pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
@@ -161,6 +167,9 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         Some(m) => Some(moafs_core::parse_size(m)?),
         None => None,
     };
+    if a.fuse_requests {
+        moafs_bench::fusetrace::available().map_err(|e| format!("--fuse-requests: {e}"))?;
+    }
     use moafs_bench::managed::{Kind, Managed, ManagedOptions};
     /// One target of the comma-separated list.
     enum Spec {
@@ -235,6 +244,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                         watch,
                         background,
                         memory_limit,
+                        fuse_requests: a.fuse_requests,
                     },
                     label: if tagged {
                         format!(" [{}{}]", cache.letter(), background.label())
@@ -523,6 +533,9 @@ pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
         }
         if let Some(line) = reads_line(&rep.runs) {
             say!("{line}");
+        }
+        if let Some(f) = &rep.fuse_requests_per_op {
+            say!("  FUSE requests per operation: {}", f.describe());
         }
         if let Some(c) = &rep.cpu_us_per_op {
             say!(

@@ -232,6 +232,7 @@ fn bench_runs_postmark_on_the_ceiling_target_and_leaves_nothing() {
             "--size",
             "128M",
         ])
+        .arg("--fuse-requests")
         .arg("--json")
         .arg(&json)
         .arg("--backing")
@@ -250,6 +251,31 @@ fn bench_runs_postmark_on_the_ceiling_target_and_leaves_nothing() {
     );
     assert!(run["cost"]["daemon"].is_object(), "{}", run["cost"]);
     assert!(r["rate"]["mean"].as_f64().unwrap() > 0.0);
+    // the kernel's FUSE requests, counted at its tracepoint: one MKNOD per file PostMark
+    // created (OPEN and CREATE are declined once, then never sent again)
+    let ops = run["outcome"]["counts"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.as_str() != "skipped")
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum::<u64>() as f64;
+    let created = run["outcome"]["counts"]["creates"].as_u64().unwrap() as f64;
+    let per_op = &r["fuse_requests_per_op"];
+    let mknod = per_op["MKNOD"].as_f64().unwrap();
+    assert!(
+        (mknod * ops - created).abs() <= 1.0,
+        "MKNOD {mknod} per op × {ops} ops vs {created} files created: {per_op}"
+    );
+    assert!(
+        per_op["OPEN"].as_f64().unwrap_or(0.0) * ops <= 1.0,
+        "{per_op}"
+    );
+    let total = per_op["TOTAL"].as_f64().unwrap();
+    assert!(
+        total > mknod + per_op["UNLINK"].as_f64().unwrap(),
+        "{per_op}"
+    );
     fs::remove_file(&json).unwrap();
     assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }
