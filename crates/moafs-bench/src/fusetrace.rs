@@ -126,8 +126,22 @@ impl Counter {
         let conn = connection(dir)?;
         let tmp = tempfile::tempdir()?;
         let out = tmp.path().join("perf.csv");
+        // perf opens its events with counting off (-D -1) and turns them on when told on
+        // its control FIFO, answering on the other: counting starts exactly then
+        let (ctl, ack) = (tmp.path().join("ctl"), tmp.path().join("ack"));
+        for f in [&ctl, &ack] {
+            nix::unistd::mkfifo(
+                f,
+                nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+            )
+            .map_err(io::Error::from)?;
+        }
         let mut cmd = Command::new("perf");
-        cmd.args(["stat", "-a", "-x", ","]).arg("-o").arg(&out);
+        cmd.args(["stat", "-a", "-x", ",", "-D", "-1"])
+            .arg("-o")
+            .arg(&out)
+            .arg("--control")
+            .arg(format!("fifo:{},{}", ctl.display(), ack.display()));
         for (op, _) in OPCODES {
             cmd.args(["-e", "fuse:fuse_request_send", "--filter"])
                 .arg(format!("opcode == {op} && connection == {conn}"));
@@ -145,23 +159,68 @@ impl Counter {
             out,
             _dir: tmp,
         };
-        // perf counts from when it has opened its events: give it that long, and fail now
-        // (not at the end) if it could not
-        std::thread::sleep(Duration::from_millis(300));
-        if let Some(child) = c.child.as_mut() {
-            if let Some(status) = child.try_wait()? {
-                let mut err = String::new();
+        if let Err(e) = c.enable(&ctl, &ack) {
+            let mut err = String::new();
+            if let Some(mut child) = c.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
                 if let Some(mut e) = child.stderr.take() {
                     let _ = io::Read::read_to_string(&mut e, &mut err);
                 }
-                c.child = None;
-                return Err(io::Error::other(format!(
-                    "perf stat ended at once ({status}): {}",
-                    err.trim()
-                )));
             }
+            return Err(io::Error::other(format!("perf stat: {e} {}", err.trim())));
         }
         Ok(c)
+    }
+
+    /// Tells perf to start counting and waits for its acknowledgement (10 s at most, and no
+    /// longer than perf runs).
+    fn enable(&mut self, ctl: &Path, ack: &Path) -> io::Result<()> {
+        use std::io::{Read, Write};
+        use std::os::unix::fs::OpenOptionsExt;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut alive = || -> io::Result<()> {
+            let child = self
+                .child
+                .as_mut()
+                .ok_or_else(|| io::Error::other("not running"))?;
+            if let Some(status) = child.try_wait()? {
+                return Err(io::Error::other(format!("ended at once ({status})")));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(io::Error::other("no answer on its control FIFO in 10 s"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            Ok(())
+        };
+        // opening a FIFO to write fails (ENXIO) until perf has opened it to read
+        let mut w = loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(ctl)
+            {
+                Ok(f) => break f,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => alive()?,
+                Err(e) => return Err(e),
+            }
+        };
+        let mut r = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(ack)?;
+        w.write_all(b"enable\n")?;
+        let mut got = Vec::new();
+        while !got.windows(3).any(|w| w == b"ack") {
+            let mut buf = [0u8; 16];
+            match r.read(&mut buf) {
+                Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                Ok(_) => alive()?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => alive()?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Stops counting and returns the counts.

@@ -88,6 +88,10 @@ pub struct MountConfig {
     /// Over io_uring, READs of at least this many KiB (a stream's readahead) are served on
     /// another CPU than the reader's (`uring_stream_kb=`; 0: always on the reader's CPU).
     pub uring_stream_kb: u32,
+    /// Ask for the kernel's writeback cache (`writeback_cache=on|off`): writes gather in the
+    /// page cache and reach the daemon at write-back or close (with a SETATTR of the times
+    /// the kernel then owns); off, every write() is a WRITE request at once (write-through).
+    pub writeback_cache: bool,
 }
 
 impl Default for MountConfig {
@@ -109,6 +113,7 @@ impl Default for MountConfig {
             poll_window: Duration::from_millis(5),
             uring: UringMode::Auto,
             uring_stream_kb: 256,
+            writeback_cache: true,
         }
     }
 }
@@ -205,7 +210,19 @@ pub struct Transport {
     notifier: Arc<OnceLock<Notifier>>,
     /// Ask for POSIX ACLs (only with default_permissions, which they need).
     posix_acl: bool,
+    /// Ask for the writeback cache.
+    writeback_cache: bool,
+    /// FORGET and BATCH_FORGET requests served, and the inodes they named.
+    forget_requests: Arc<AtomicU64>,
+    forget_nodes: Arc<AtomicU64>,
 }
+
+/// How long a /dev/fuse thread waits before it serves a FORGET request while io_uring carries
+/// every other request. Forgets (which the kernel sends only through /dev/fuse) are not
+/// urgent: meanwhile the kernel queues those of other inodes it evicts, and the next read
+/// takes them all as one BATCH_FORGET, so deleting N files costs a few wake-ups of a /dev/fuse
+/// thread instead of N. Without io_uring those threads serve every request and never wait.
+const FORGET_PAUSE: Duration = Duration::from_millis(3);
 
 impl Transport {
     pub fn new(cfg: &MountConfig) -> Transport {
@@ -215,12 +232,42 @@ impl Transport {
             uring_granted: Arc::new(AtomicBool::new(false)),
             notifier: Arc::new(OnceLock::new()),
             posix_acl: cfg.default_permissions,
+            writeback_cache: cfg.writeback_cache,
+            forget_requests: Arc::new(AtomicU64::new(0)),
+            forget_nodes: Arc::new(AtomicU64::new(0)),
         }
     }
 
     /// Counts a request (polling keeps going while requests come).
     pub fn note(&self) {
         self.activity.note();
+    }
+
+    /// Counts one inode of a FORGET or BATCH_FORGET request (fuser's `batch_forget` calls
+    /// `forget` once per inode, with the same request). The first inode of a request waits
+    /// [`FORGET_PAUSE`] first when io_uring serves the other requests.
+    pub fn forget_arrived(&self, req: &Request) {
+        thread_local! {
+            /// The request this thread served a forget of last.
+            static LAST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        }
+        self.note();
+        let unique = req.unique().0;
+        if LAST.with(|l| l.replace(unique)) != unique {
+            self.forget_requests.fetch_add(1, Ordering::Relaxed);
+            if self.uring_granted.load(Ordering::Relaxed) {
+                thread::sleep(FORGET_PAUSE);
+            }
+        }
+        self.forget_nodes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// FORGET/BATCH_FORGET requests served so far, and the inodes they named.
+    pub fn forgets(&self) -> (u64, u64) {
+        (
+            self.forget_requests.load(Ordering::Relaxed),
+            self.forget_nodes.load(Ordering::Relaxed),
+        )
     }
 
     /// The request counter that drives polling.
@@ -254,7 +301,6 @@ impl Transport {
             InitFlags::FUSE_ASYNC_READ,
             InitFlags::FUSE_BIG_WRITES,
             InitFlags::FUSE_MAX_PAGES,
-            InitFlags::FUSE_WRITEBACK_CACHE,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
@@ -268,7 +314,10 @@ impl Transport {
             // buffered reader cached during the write stays stale (xfstests generic/451).
             // Without it the write waits in the kernel, which then invalidates the range.
         ];
-        for flag in wanted {
+        let writeback = self
+            .writeback_cache
+            .then_some(InitFlags::FUSE_WRITEBACK_CACHE);
+        for flag in wanted.into_iter().chain(writeback) {
             if let Err(missing) = config.add_capabilities(flag) {
                 log::info!("kernel does not support {missing:?}");
             }
@@ -475,8 +524,8 @@ impl Filesystem for MoafsFuse {
         }
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.transport.note();
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        self.transport.forget_arrived(req);
         self.fs.forget(ino.0, nlookup);
     }
 
@@ -1548,7 +1597,11 @@ pub fn serve<A: Adapter, G>(
     drop(poller);
     drop(watcher);
     drop(background);
-    log::info!("session on {} ended", mountpoint.display());
+    let (forgets, forgotten) = transport.forgets();
+    log::info!(
+        "session on {} ended ({forgets} FORGET requests for {forgotten} inodes)",
+        mountpoint.display()
+    );
     res
 }
 

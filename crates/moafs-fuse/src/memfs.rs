@@ -637,8 +637,8 @@ impl Filesystem for Memfs {
         }
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.transport.note();
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        self.transport.forget_arrived(req);
         let mut t = self.table();
         if let Some(n) = t.nodes.get_mut(&ino.0) {
             n.lookups = n.lookups.saturating_sub(nlookup);

@@ -552,8 +552,8 @@ impl Filesystem for Passthrough {
         }
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.transport.note();
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        self.transport.forget_arrived(req);
         self.forget_one(ino.0, nlookup);
     }
 

@@ -25,6 +25,8 @@ pub(crate) struct MountArgs {
     /// ro, direct, nodirect (O_DIRECT on the image; the default wherever the image's file
     /// system supports it, but in tmpfs),
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
+    /// writeback_cache=on|off (the kernel's FUSE writeback cache, default on; off: every
+    /// write() is a WRITE request at once, with no WRITE and SETATTR at close),
     /// record=PATH (a write log of every device write, flush and fsync promise, for
     /// `moafs crashcheck PATH`; not with nvm= or ro),
     /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
@@ -259,6 +261,13 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             }
             "uring_stream_kb" => {
                 p.fuse.uring_stream_kb = num(k, v)?.min(1 << 20) as u32;
+            }
+            "writeback_cache" => {
+                let on = on_off(k, v)?;
+                p.fuse.writeback_cache = on;
+                // with the writeback cache the kernel owns mtime/ctime of written files;
+                // without it every write reaches the engine, which stamps them
+                p.engine.kernel_times = on;
             }
             "read_ahead_kb" => p.fuse.read_ahead_kb = num(k, v)?.min(u32::MAX as u64) as u32,
             "bdi_strict" => {
@@ -660,6 +669,13 @@ mod tests {
     #[test]
     fn options() {
         let p = parse_mount_options(&["rw,relatime,cache_size=64M,threads=4,ro".into()]).unwrap();
+        assert!(
+            p.fuse.writeback_cache && p.engine.kernel_times,
+            "the default"
+        );
+        let wt = parse_mount_options(&["writeback_cache=off".into()]).unwrap();
+        assert!(!wt.fuse.writeback_cache && !wt.engine.kernel_times);
+        assert!(parse_mount_options(&["writeback_cache=maybe".into()]).is_err());
         assert_eq!(p.engine.cache_bytes, 64 << 20);
         assert_eq!(p.fuse.threads, 4);
         assert!(p.engine.read_only && p.fuse.read_only);

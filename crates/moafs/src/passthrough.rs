@@ -9,7 +9,8 @@ pub(crate) struct PassthroughArgs {
     #[arg(short = 'f')]
     pub(crate) foreground: bool,
     /// Comma-separated options, the transport's of `moafs mount` (same defaults): threads=,
-    /// attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, read_ahead_kb=, bdi_strict=,
+    /// attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, writeback_cache=on|off,
+    /// read_ahead_kb=, bdi_strict=,
     /// allow_other, default_permissions, nodefault_permissions, ro, rw, the VFS options of
     /// mount(8) (noatime, …), log=PATH, pidfile=PATH. The engine's options are refused.
     #[arg(short = 'o', action = clap::ArgAction::Append)]
@@ -26,6 +27,7 @@ const TRANSPORT_OPTIONS: &[&str] = &[
     "poll_ms",
     "uring",
     "uring_stream_kb",
+    "writeback_cache",
     "read_ahead_kb",
     "bdi_strict",
     "allow_other",

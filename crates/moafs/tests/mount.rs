@@ -169,6 +169,12 @@ fn populate_unmount_fsck_remount_identical_over_dev_fuse() {
     populate_unmount_fsck_remount("uring=off");
 }
 
+#[test]
+fn populate_unmount_fsck_remount_identical_write_through() {
+    // no writeback cache: every write() reaches the engine, which stamps the times
+    populate_unmount_fsck_remount("writeback_cache=off");
+}
+
 /// Sum of `value(task directory)` over the daemon's threads whose name starts with `prefix`;
 /// `None` when there is no such thread.
 fn sum_over_threads(pid: i32, prefix: &str, value: impl Fn(&Path) -> u64) -> Option<u64> {
