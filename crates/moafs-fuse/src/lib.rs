@@ -92,6 +92,9 @@ pub struct MountConfig {
     /// page cache and reach the daemon at write-back or close (with a SETATTR of the times
     /// the kernel then owns); off, every write() is a WRITE request at once (write-through).
     pub writeback_cache: bool,
+    /// How long a /dev/fuse thread waits before it serves a FORGET while io_uring carries the
+    /// other requests (`forget_pause_ms=`, default 3; 0: at once). See [`Transport`].
+    pub forget_pause: Duration,
 }
 
 impl Default for MountConfig {
@@ -114,6 +117,7 @@ impl Default for MountConfig {
             uring: UringMode::Auto,
             uring_stream_kb: 256,
             writeback_cache: true,
+            forget_pause: FORGET_PAUSE,
         }
     }
 }
@@ -212,6 +216,8 @@ pub struct Transport {
     posix_acl: bool,
     /// Ask for the writeback cache.
     writeback_cache: bool,
+    /// The wait before a FORGET request is served ([`FORGET_PAUSE`] by default).
+    forget_pause: Duration,
     /// FORGET and BATCH_FORGET requests served, and the inodes they named.
     forget_requests: Arc<AtomicU64>,
     forget_nodes: Arc<AtomicU64>,
@@ -222,7 +228,7 @@ pub struct Transport {
 /// urgent: meanwhile the kernel queues those of other inodes it evicts, and the next read
 /// takes them all as one BATCH_FORGET, so deleting N files costs a few wake-ups of a /dev/fuse
 /// thread instead of N. Without io_uring those threads serve every request and never wait.
-const FORGET_PAUSE: Duration = Duration::from_millis(3);
+pub const FORGET_PAUSE: Duration = Duration::from_millis(3);
 
 impl Transport {
     pub fn new(cfg: &MountConfig) -> Transport {
@@ -233,6 +239,7 @@ impl Transport {
             notifier: Arc::new(OnceLock::new()),
             posix_acl: cfg.default_permissions,
             writeback_cache: cfg.writeback_cache,
+            forget_pause: cfg.forget_pause,
             forget_requests: Arc::new(AtomicU64::new(0)),
             forget_nodes: Arc::new(AtomicU64::new(0)),
         }
@@ -255,8 +262,8 @@ impl Transport {
         let unique = req.unique().0;
         if LAST.with(|l| l.replace(unique)) != unique {
             self.forget_requests.fetch_add(1, Ordering::Relaxed);
-            if self.uring_granted.load(Ordering::Relaxed) {
-                thread::sleep(FORGET_PAUSE);
+            if !self.forget_pause.is_zero() && self.uring_granted.load(Ordering::Relaxed) {
+                thread::sleep(self.forget_pause);
             }
         }
         self.forget_nodes.fetch_add(1, Ordering::Relaxed);

@@ -189,13 +189,16 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             }
             Spec::Engine(dev)
         } else if let Some(kind) = Kind::parse(name.split('@').next().unwrap_or(name)) {
-            // `moafs@opt;opt=v`: moafs mounted with extra options (`;` for `,`)
+            // `moafs@opt;opt=v`: moafs mounted with extra options (`;` for `,`); the memfs
+            // and passthrough targets take their transport's options the same way
+            let takes_options = matches!(kind, Kind::Moafs | Kind::Memfs | Kind::Passthrough);
             let moafs_options = match name.split_once('@') {
                 None => String::new(),
-                Some((_, o)) if kind == Kind::Moafs && !o.is_empty() => o.replace(';', ","),
+                Some((_, o)) if takes_options && !o.is_empty() => o.replace(';', ","),
                 Some(_) => {
                     return Err(format!(
-                        "target {name}: only moafs takes mount options (moafs@opt;opt=value)"
+                        "target {name}: only moafs, memfs and passthrough take mount options \
+                         (moafs@opt;opt=value)"
                     ))
                 }
             };

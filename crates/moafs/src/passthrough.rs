@@ -28,6 +28,7 @@ const TRANSPORT_OPTIONS: &[&str] = &[
     "uring",
     "uring_stream_kb",
     "writeback_cache",
+    "forget_pause_ms",
     "read_ahead_kb",
     "bdi_strict",
     "allow_other",

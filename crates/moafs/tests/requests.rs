@@ -79,8 +79,10 @@ fn write_through_sends_each_write_at_once_and_the_writeback_cache_at_close() {
         "write-through: one WRITE per write()"
     );
     let (before, after) = writes_before_and_after_close("");
-    assert_eq!(before, 0, "the writeback cache keeps writes until close");
-    assert!(after >= 1, "close writes the pages back");
+    // the writeback cache gathers the ten writes (the kernel's background write-back may
+    // take some before the close, under memory pressure from elsewhere)
+    assert!(before + after >= 1, "the data reached the daemon");
+    assert!(before + after < 10, "{before} WRITEs before close, {after} at it");
 }
 
 /// `(FORGET requests, inodes)` from the daemon's log line at the end of its session.
@@ -96,11 +98,10 @@ fn forgets_logged(log: &str) -> Option<(u64, u64)> {
     Some((requests, inodes))
 }
 
-#[test]
-fn forgets_of_deleted_files_come_in_batches_over_io_uring() {
-    if !can_mount() {
-        return;
-    }
+/// Creates and deletes `FILES` files on a fresh mount with `opts`; returns the FORGET
+/// requests and inodes the daemon logged, and whether io_uring served the mount.
+fn forgets_with(opts: &str) -> (u64, u64, bool) {
+    const FILES: u64 = 2000;
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("img");
     let log = tmp.path().join("log");
@@ -113,13 +114,12 @@ fn forgets_of_deleted_files_come_in_batches_over_io_uring() {
         .env("RUST_LOG", "info")
         .arg("mount")
         .arg("-o")
-        .arg(format!("log={},pidfile={}", p(&log), p(&pidfile)))
+        .arg(format!("log={},pidfile={},{opts}", p(&log), p(&pidfile)))
         .arg(&img)
         .arg(&mnt)
         .output()
         .unwrap();
     let m = Mounted::after_mount(out, &mnt, &pidfile).unwrap();
-    const FILES: u64 = 2000;
     for i in 0..FILES {
         fs::write(m.dir.join(format!("f{i}")), b"x").unwrap();
     }
@@ -129,20 +129,38 @@ fn forgets_of_deleted_files_come_in_batches_over_io_uring() {
     m.unmount();
     let text = fs::read_to_string(&log).unwrap();
     let (requests, inodes) = forgets_logged(&text).unwrap_or_else(|| panic!("{text}"));
-    eprintln!("{requests} FORGET requests for {inodes} inodes");
+    eprintln!("{opts}: {requests} FORGET requests for {inodes} inodes");
     // (the kernel may still cache a few at the unmount, which sends no forgets)
     assert!(
         inodes >= FILES * 9 / 10,
         "{inodes} inodes forgotten of {FILES} deleted files"
     );
-    if text.contains("serving FUSE over io_uring") {
-        // one wake-up per deleted file without the pause
-        assert!(
-            requests * 4 <= inodes,
-            "{requests} FORGET requests for {inodes} inodes"
-        );
-    } else {
-        eprintln!("no io_uring here: forgets are served at once ({requests} for {inodes})");
-    }
     assert_fsck_clean(&img);
+    (
+        requests,
+        inodes,
+        text.contains("serving FUSE over io_uring"),
+    )
+}
+
+#[test]
+fn forgets_of_deleted_files_come_in_batches_over_io_uring() {
+    if !can_mount() {
+        return;
+    }
+    let (requests, inodes, uring) = forgets_with("");
+    if !uring {
+        eprintln!("no io_uring here: forgets are served at once ({requests} for {inodes})");
+        return;
+    }
+    assert!(
+        requests * 4 <= inodes,
+        "{requests} FORGET requests for {inodes} inodes"
+    );
+    // without the pause, (nearly) one request per deleted file
+    let (requests, inodes, _) = forgets_with("forget_pause_ms=0");
+    assert!(
+        requests * 2 > inodes,
+        "forget_pause_ms=0: {requests} FORGET requests for {inodes} inodes"
+    );
 }
