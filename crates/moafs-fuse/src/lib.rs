@@ -93,7 +93,7 @@ pub struct MountConfig {
     /// the kernel then owns); off, every write() is a WRITE request at once (write-through).
     pub writeback_cache: bool,
     /// How long a /dev/fuse thread waits before it serves a FORGET while io_uring carries the
-    /// other requests (`forget_pause_ms=`, default 3; 0: at once). See [`Transport`].
+    /// other requests (`forget_pause_ms=`, default 0: at once). See [`FORGET_PAUSE`].
     pub forget_pause: Duration,
 }
 
@@ -224,11 +224,15 @@ pub struct Transport {
 }
 
 /// How long a /dev/fuse thread waits before it serves a FORGET request while io_uring carries
-/// every other request. Forgets (which the kernel sends only through /dev/fuse) are not
-/// urgent: meanwhile the kernel queues those of other inodes it evicts, and the next read
-/// takes them all as one BATCH_FORGET, so deleting N files costs a few wake-ups of a /dev/fuse
-/// thread instead of N. Without io_uring those threads serve every request and never wait.
-pub const FORGET_PAUSE: Duration = Duration::from_millis(3);
+/// every other request (`forget_pause_ms=`; by default it does not wait). Forgets (which the
+/// kernel sends only through /dev/fuse) are not urgent: meanwhile the kernel queues those of
+/// other inodes it evicts, and the next read takes them all as one BATCH_FORGET, so deleting
+/// N files costs a few wake-ups of a /dev/fuse thread instead of N. But a deleted file's data
+/// stays in the engine until its forget, and dirty data kept longer is written back more
+/// often: Filebench fileserver ran 7 % slower with 3 ms (docs/BENCHMARKS.md, issue 29), while
+/// PostMark and webproxy gained nothing measurable beyond ~7 % less CPU per operation. Without
+/// io_uring those threads serve every request and never wait.
+pub const FORGET_PAUSE: Duration = Duration::ZERO;
 
 impl Transport {
     pub fn new(cfg: &MountConfig) -> Transport {

@@ -27,7 +27,7 @@ pub(crate) struct MountArgs {
     /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
     /// writeback_cache=on|off (the kernel's FUSE writeback cache, default on; off: every
     /// write() is a WRITE request at once, with no WRITE and SETATTR at close),
-    /// forget_pause_ms=N (a FORGET waits N ms so that more come with it, default 3),
+    /// forget_pause_ms=N (a FORGET waits N ms so that more come with it; default 0),
     /// record=PATH (a write log of every device write, flush and fsync promise, for
     /// `moafs crashcheck PATH`; not with nvm= or ro),
     /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
@@ -680,9 +680,9 @@ mod tests {
         let wt = parse_mount_options(&["writeback_cache=off".into()]).unwrap();
         assert!(!wt.fuse.writeback_cache && !wt.engine.kernel_times);
         assert!(parse_mount_options(&["writeback_cache=maybe".into()]).is_err());
-        let fp = parse_mount_options(&["forget_pause_ms=0".into()]).unwrap();
-        assert!(fp.fuse.forget_pause.is_zero());
-        assert_eq!(p.fuse.forget_pause, moafs_fuse::FORGET_PAUSE);
+        let fp = parse_mount_options(&["forget_pause_ms=3".into()]).unwrap();
+        assert_eq!(fp.fuse.forget_pause, Duration::from_millis(3));
+        assert!(p.fuse.forget_pause.is_zero(), "no wait by default");
         assert_eq!(p.engine.cache_bytes, 64 << 20);
         assert_eq!(p.fuse.threads, 4);
         assert!(p.engine.read_only && p.fuse.read_only);
