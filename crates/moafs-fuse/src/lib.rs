@@ -13,8 +13,8 @@
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
+    ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
 };
 use moafs_core::fs::{
     acl, AtimeMode, AtimePolicy, Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr,
@@ -34,6 +34,69 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The requests every adapter of this transport declines, the same way, so that the kernel
+/// sends moafs, the ceiling (`memfs`) and the floor (`passthrough`) the same requests for the
+/// same work: OPEN and CREATE answer ENOSYS (sticky: the kernel then sends no OPEN and no
+/// RELEASE, creates files with MKNOD and keeps page cache across opens — no adapter needs file
+/// handles: the kernel's lookup reference keeps an unlinked-but-open file alive), FLUSH
+/// answers ENOSYS (close() still writes dirty pages back first; durability is fsync's job),
+/// and a RELEASE (of a handle from before OPEN was declined) has nothing to release.
+/// Expands to those four methods of `fuser::Filesystem`; the adapter needs a `transport`.
+macro_rules! declined_requests {
+    () => {
+        fn open(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _flags: fuser::OpenFlags,
+            reply: fuser::ReplyOpen,
+        ) {
+            self.transport.note();
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn create(
+            &self,
+            _req: &fuser::Request,
+            _parent: fuser::INodeNo,
+            _name: &std::ffi::OsStr,
+            _mode: u32,
+            _umask: u32,
+            _flags: i32,
+            reply: fuser::ReplyCreate,
+        ) {
+            self.transport.note();
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn flush(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _lock_owner: fuser::LockOwner,
+            reply: fuser::ReplyEmpty,
+        ) {
+            self.transport.note();
+            reply.error(fuser::Errno::ENOSYS);
+        }
+
+        fn release(
+            &self,
+            _req: &fuser::Request,
+            _ino: fuser::INodeNo,
+            _fh: fuser::FileHandle,
+            _flags: fuser::OpenFlags,
+            _lock_owner: Option<fuser::LockOwner>,
+            _flush: bool,
+            reply: fuser::ReplyEmpty,
+        ) {
+            self.transport.note();
+            reply.ok();
+        }
+    };
+}
 
 pub mod memfs;
 pub mod passthrough;
@@ -508,6 +571,8 @@ impl MoafsFuse {
 }
 
 impl Filesystem for MoafsFuse {
+    declined_requests!();
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         self.transport.negotiate(config);
         Ok(())
@@ -725,14 +790,6 @@ impl Filesystem for MoafsFuse {
         self.entry(reply, res);
     }
 
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.transport.note();
-        // NO_OPEN: moafs needs no file handles (the kernel's lookup reference keeps an unlinked
-        // file alive while it is open), so ENOSYS makes the kernel skip OPEN and RELEASE from
-        // now on, and keep cached pages across opens.
-        reply.error(Errno::ENOSYS);
-    }
-
     fn read(
         &self,
         _req: &Request,
@@ -779,37 +836,6 @@ impl Filesystem for MoafsFuse {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        self.transport.note();
-        // close() has nothing for moafs to do: the kernel writes dirty pages back before it
-        // sends FLUSH, and durability is fsync's job. ENOSYS makes the kernel stop sending
-        // FLUSH (it still writes pages back on close), saving one round trip per close.
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.transport.note();
-        // Files come from CREATE (open is ENOSYS): nothing was counted, nothing to release.
-        let _ = ino;
-        reply.ok();
     }
 
     fn fsync(
@@ -1040,23 +1066,6 @@ impl Filesystem for MoafsFuse {
             reply,
             self.fs.access(ino.0, mask.bits() as u32, caller(req)),
         );
-    }
-
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        self.transport.note();
-        // ENOSYS (sticky): the kernel then creates files with MKNOD and, since open is ENOSYS
-        // too, sends no OPEN and no RELEASE: one round trip less per created file than CREATE
-        // (which hands out a file handle the kernel later releases).
-        reply.error(Errno::ENOSYS);
     }
 
     fn fallocate(

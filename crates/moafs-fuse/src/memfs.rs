@@ -23,9 +23,9 @@
 use crate::{negative_attr, uring, xattr_reply, Adapter, MountConfig, Transport};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, WriteFlags,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, WriteFlags,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
@@ -621,6 +621,8 @@ impl Adapter for Memfs {
 }
 
 impl Filesystem for Memfs {
+    declined_requests!();
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         self.transport.negotiate(config);
         Ok(())
@@ -849,12 +851,6 @@ impl Filesystem for Memfs {
         self.entry(reply, res);
     }
 
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.transport.note();
-        // As moafs: no file handles, so the kernel skips OPEN and RELEASE from now on.
-        reply.error(Errno::ENOSYS);
-    }
-
     fn read(
         &self,
         _req: &Request,
@@ -903,32 +899,6 @@ impl Filesystem for Memfs {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        self.transport.note();
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.transport.note();
-        reply.ok();
     }
 
     fn fsync(
@@ -1145,21 +1115,6 @@ impl Filesystem for Memfs {
         self.transport.note();
         // default_permissions: the kernel has checked the mode bits already
         empty(reply, self.table().node(ino.0).map(|_| ()));
-    }
-
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        self.transport.note();
-        // As moafs: the kernel then creates with MKNOD and sends no OPEN or RELEASE.
-        reply.error(Errno::ENOSYS);
     }
 
     fn fallocate(

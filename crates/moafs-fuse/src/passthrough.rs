@@ -25,9 +25,9 @@ use crate::{
 };
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, WriteFlags,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, WriteFlags,
 };
 use moafs_core::fs::Timespec;
 use nix::fcntl::{AtFlags, OFlag};
@@ -533,6 +533,8 @@ fn read_full(f: &File, out: &mut [u8], offset: u64) -> io::Result<usize> {
 }
 
 impl Filesystem for Passthrough {
+    declined_requests!();
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         self.transport.negotiate(config);
         Ok(())
@@ -789,13 +791,6 @@ impl Filesystem for Passthrough {
         self.entry(reply, res);
     }
 
-    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.transport.note();
-        // As moafs (NO_OPEN): no file handles; reads and writes go through the inode's own
-        // descriptor, which lives as long as the kernel's lookup reference.
-        reply.error(Errno::ENOSYS);
-    }
-
     fn read(
         &self,
         _req: &Request,
@@ -866,33 +861,6 @@ impl Filesystem for Passthrough {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        self.transport.note();
-        // As moafs: nothing to do at close; ENOSYS stops the kernel sending FLUSH.
-        reply.error(Errno::ENOSYS);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.transport.note();
-        reply.ok();
     }
 
     fn fsync(
@@ -1121,21 +1089,6 @@ impl Filesystem for Passthrough {
         self.transport.note();
         // Permissions are the kernel's (default_permissions); the file must exist.
         empty(reply, self.inode(ino).map(drop));
-    }
-
-    fn create(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        self.transport.note();
-        // As moafs: ENOSYS (sticky) makes the kernel create files with MKNOD and no OPEN.
-        reply.error(Errno::ENOSYS);
     }
 
     fn fallocate(
