@@ -21,6 +21,10 @@ $M bench --target "$T" --workload varmail,fileserver,webproxy,postmark-quick --d
 # the final table: FORGET batches against forget_pause_ms=0 in the same run (f51f352)
 $M bench --target 'ext4,memfs,moafs,moafs@forget_pause_ms=0,passthrough' --workload $W \
   --duration 10 --reps 3 --backing $B --json $OUT/final.json > $OUT/final.txt
+# fileserver and the engine's memory bounds (c916261)
+$M bench --target 'moafs,moafs@dirty_max=256M;cache_size=512M,memfs' \
+  --workload fileserver,webproxy,varmail --duration 10 --reps 3 --backing $B \
+  --json $OUT/dirty.json > $OUT/dirty.txt
 # per-file requests of shell steps
 scripts/fuse-requests-per-file.sh 100
 scripts/fuse-requests-per-file.sh 100 writeback_cache=off
