@@ -168,27 +168,13 @@ fn memfs_behaves_as_a_file_system_and_forgets_at_unmount() {
         Some(b"v".to_vec())
     );
     fs::set_permissions(d.join("dir"), fs::Permissions::from_mode(0o777)).unwrap();
-    let st = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "touch"])
-        .arg(d.join("dir/theirs"))
-        .status()
-        .unwrap();
+    let st = as_nobody(&["touch".as_ref(), d.join("dir/theirs").as_os_str()]);
     assert!(st.success(), "touch as nobody");
     let md = fs::metadata(d.join("dir/theirs")).unwrap();
     assert_eq!((md.uid(), md.gid()), (65534, 65534));
     // the kernel checks permissions (default_permissions): nobody cannot write x (0600)
-    let st = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sh",
-            "-c",
-        ])
-        .arg(format!("echo > {}", d.join("x").display()))
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
+    let echo = format!("echo > {}", d.join("x").display());
+    let st = as_nobody(&["sh".as_ref(), "-c".as_ref(), echo.as_ref()]);
     assert!(!st.success(), "nobody wrote a 0600 file of root's");
 
     // many names, listed whole

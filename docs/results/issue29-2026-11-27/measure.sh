@@ -25,6 +25,10 @@ $M bench --target 'ext4,memfs,moafs,moafs@forget_pause_ms=0,passthrough' --workl
 $M bench --target 'moafs,moafs@dirty_max=256M;cache_size=512M,memfs' \
   --workload fileserver,webproxy,varmail --duration 10 --reps 3 --backing $B \
   --json $OUT/dirty.json > $OUT/dirty.txt
+# the disk: what each loop device saw (6eb657e)
+mkdir -p /var/tmp/moafs-i29
+$M bench --target ext4,moafs --workload varmail,fileserver,webproxy,postmark-quick,fsync-4k-t1 \
+  --backing /var/tmp/moafs-i29 --duration 10 --reps 3 --json $OUT/disk.json > $OUT/disk.txt
 # per-file requests of shell steps
 scripts/fuse-requests-per-file.sh 100
 scripts/fuse-requests-per-file.sh 100 writeback_cache=off

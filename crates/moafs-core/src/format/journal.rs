@@ -70,6 +70,7 @@ impl Delta {
 
 /// Packs delta records into payload blocks (a record never spans two): (count, block).
 pub fn pack_deltas(deltas: &[Delta], block_size: u32) -> Vec<(u64, Vec<u8>)> {
+    // (the same rule as `delta_blocks`, which counts without packing)
     let bs = block_size as usize;
     let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut at = bs;
@@ -83,6 +84,21 @@ pub fn pack_deltas(deltas: &[Delta], block_size: u32) -> Vec<(u64, Vec<u8>)> {
         *count += 1;
     }
     out
+}
+
+/// How many payload blocks [`pack_deltas`] fills with `deltas`, without packing them: each
+/// record goes into the current block if it fits, else starts the next one.
+pub fn delta_blocks(deltas: &[Delta], block_size: u32) -> usize {
+    let bs = block_size as usize;
+    let (mut blocks, mut at) = (0, bs);
+    for d in deltas {
+        if at + d.len() > bs {
+            blocks += 1;
+            at = 0;
+        }
+        at += d.len();
+    }
+    blocks
 }
 
 /// Writes `deltas` one after another from the start of `area` (which holds them: the caller
@@ -189,7 +205,7 @@ pub fn txn_len(images: usize, revokes: usize, deltas: &[Delta], block_size: u32)
         1 + images
     } else {
         let payload =
-            images + revoke_blocks(revokes, block_size) + pack_deltas(deltas, block_size).len();
+            images + revoke_blocks(revokes, block_size) + delta_blocks(deltas, block_size);
         txn_blocks(payload, block_size)
     }
 }
@@ -565,6 +581,36 @@ pub fn decode_revokes(payload: &[u8], count: u64) -> Option<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delta_blocks_counts_what_pack_deltas_fills() {
+        let bs = 4096u32;
+        // record lengths from one byte to a whole block's room, in many mixes (a seeded LCG)
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for round in 0..300 {
+            let n = round % 40;
+            let deltas: Vec<Delta> = (0..n)
+                .map(|i| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let len = 1 + (x >> 33) as usize % (bs as usize - DELTA_HEADER);
+                    let len = if round % 3 == 0 { len % 300 + 1 } else { len };
+                    Delta {
+                        target: i as u64,
+                        offset: 0,
+                        bytes: vec![7; len],
+                    }
+                })
+                .collect();
+            assert_eq!(
+                delta_blocks(&deltas, bs),
+                pack_deltas(&deltas, bs).len(),
+                "round {round}"
+            );
+        }
+        assert_eq!(delta_blocks(&[], bs), 0);
+    }
 
     #[test]
     fn deltas_diff_pack_and_decode() {

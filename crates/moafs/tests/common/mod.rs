@@ -35,6 +35,17 @@ pub fn moafs(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("run moafs")
 }
 
+/// Runs `args` as user and group nobody (65534, no supplementary groups); its exit status
+/// (stderr is dropped).
+pub fn as_nobody(args: &[&std::ffi::OsStr]) -> std::process::ExitStatus {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
