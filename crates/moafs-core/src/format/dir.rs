@@ -33,6 +33,24 @@ pub struct DirBlock {
     pub entries: Vec<DirEntryRaw>,
 }
 
+/// Block `index` of directory `ino` holding `entries`, in order (they must fit).
+pub fn encode_entries(entries: &[DirEntryRaw], ino: u64, index: u64, block_size: u32) -> Vec<u8> {
+    let mut b = vec![0u8; block_size as usize];
+    put_u32(&mut b, 0, DIR_MAGIC);
+    let mut pos = DIR_HEADER_BYTES;
+    for e in entries {
+        put_u64(&mut b, pos, e.ino);
+        b[pos + 8] = e.kind;
+        b[pos + 9] = e.name.len() as u8;
+        b[pos + 10..pos + 10 + e.name.len()].copy_from_slice(&e.name);
+        pos += e.encoded_len();
+    }
+    put_u16(&mut b, 8, entries.len() as u16);
+    put_u16(&mut b, 10, (pos - DIR_HEADER_BYTES) as u16);
+    seal(&mut b, 4, dir_salt(ino, index));
+    b
+}
+
 pub fn dir_salt(ino: u64, index: u64) -> u64 {
     (ino << 32) ^ index
 }
@@ -44,20 +62,7 @@ impl DirBlock {
     }
 
     pub fn encode(&self, ino: u64, index: u64, block_size: u32) -> Vec<u8> {
-        let mut b = vec![0u8; block_size as usize];
-        put_u32(&mut b, 0, DIR_MAGIC);
-        let mut pos = DIR_HEADER_BYTES;
-        for e in &self.entries {
-            put_u64(&mut b, pos, e.ino);
-            b[pos + 8] = e.kind;
-            b[pos + 9] = e.name.len() as u8;
-            b[pos + 10..pos + 10 + e.name.len()].copy_from_slice(&e.name);
-            pos += e.encoded_len();
-        }
-        put_u16(&mut b, 8, self.entries.len() as u16);
-        put_u16(&mut b, 10, (pos - DIR_HEADER_BYTES) as u16);
-        seal(&mut b, 4, dir_salt(ino, index));
-        b
+        encode_entries(&self.entries, ino, index, block_size)
     }
 
     pub fn decode(b: &[u8], ino: u64, index: u64, block: u64) -> FsResult<DirBlock> {

@@ -153,33 +153,81 @@ fn decode_deltas_in(area: &[u8], count: u64, bs: usize) -> Option<Vec<Delta>> {
 /// The changes from `old` to `new` (two images of block `target`) as delta records: runs of
 /// differing bytes, merged across gaps shorter than a record header.
 pub fn diff_deltas(target: u64, old: &[u8], new: &[u8]) -> Vec<Delta> {
+    diff_deltas_within(target, old, new, usize::MAX).unwrap_or_default()
+}
+
+/// [`diff_deltas`], or `None` as soon as the records take more than `limit` bytes
+/// ([`Delta::len`] summed): the caller writes the block whole then, and the rest of it is
+/// not looked at. Every commit diffs each metadata block (and each data block it carries)
+/// against its image in the journal under the engine lock, so equal stretches are skipped a
+/// cache line, then a word, at a time, and a run of changed bytes (an append's new data) a
+/// word at a time.
+pub fn diff_deltas_within(target: u64, old: &[u8], new: &[u8], limit: usize) -> Option<Vec<Delta>> {
     let mut out: Vec<Delta> = Vec::new();
     let n = old.len().min(new.len());
-    let mut i = 0;
+    let (old, new) = (&old[..n], &new[..n]);
+    let mut total = 0usize;
+    let mut i = first_difference(old, new, 0);
     while i < n {
-        if old[i] == new[i] {
-            i += 1;
-            continue;
-        }
         let start = i;
         let mut end = i + 1;
-        let mut j = end;
-        while j < n {
-            if old[j] != new[j] {
-                end = j + 1;
-            } else if j - end >= DELTA_HEADER {
-                break;
+        // Extend the run over every later difference that follows a gap of at most a record
+        // header's length of equal bytes (a new record would cost more than the gap).
+        let next = loop {
+            while end + 8 <= n && !any_byte_zero(word_at(old, end) ^ word_at(new, end)) {
+                end += 8; // eight more differing bytes
             }
-            j += 1;
-        }
-        out.push(Delta {
+            let k = first_difference(old, new, end);
+            if k == n || k - end > DELTA_HEADER {
+                break k;
+            }
+            end = k + 1;
+        };
+        let d = Delta {
             target,
             offset: start as u32,
             bytes: new[start..end].to_vec(),
-        });
-        i = end;
+        };
+        total += d.len();
+        if total > limit {
+            return None;
+        }
+        out.push(d);
+        i = next;
     }
-    out
+    Some(out)
+}
+
+fn word_at(s: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// Whether some byte of `x` is zero (the classic bit trick: exact, no false positives).
+fn any_byte_zero(x: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    x.wrapping_sub(ONES) & !x & HIGHS != 0
+}
+
+/// The first index from `from` on where `a` and `b` (of one length) differ, or their length.
+fn first_difference(a: &[u8], b: &[u8], from: usize) -> usize {
+    const LINE: usize = 64;
+    let n = a.len();
+    let mut i = from;
+    while i + LINE <= n && a[i..i + LINE] == b[i..i + LINE] {
+        i += LINE;
+    }
+    while i + 8 <= n {
+        let x = word_at(a, i) ^ word_at(b, i);
+        if x != 0 {
+            return i + (x.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 /// Tag flag: the payload's first 4 bytes were the journal magic and are stored as zero.
 pub const TAG_ESCAPED: u32 = 1 << 8;
@@ -610,6 +658,71 @@ mod tests {
             );
         }
         assert_eq!(delta_blocks(&[], bs), 0);
+    }
+
+    /// `diff_deltas` as first written, a byte at a time: the reference the fast one must match.
+    fn diff_bytewise(target: u64, old: &[u8], new: &[u8]) -> Vec<Delta> {
+        let mut out: Vec<Delta> = Vec::new();
+        let n = old.len().min(new.len());
+        let mut i = 0;
+        while i < n {
+            if old[i] == new[i] {
+                i += 1;
+                continue;
+            }
+            let (start, mut end, mut j) = (i, i + 1, i + 1);
+            while j < n {
+                if old[j] != new[j] {
+                    end = j + 1;
+                } else if j - end >= DELTA_HEADER {
+                    break;
+                }
+                j += 1;
+            }
+            out.push(Delta {
+                target,
+                offset: start as u32,
+                bytes: new[start..end].to_vec(),
+            });
+            i = end;
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn diff_deltas_matches_the_bytewise_reference(
+            len in 0usize..600,
+            base in proptest::collection::vec(proptest::prelude::any::<u8>(), 600),
+            edits in proptest::collection::vec((0usize..600, 1usize..300, proptest::prelude::any::<u8>()), 0..12),
+            equal_bytes in proptest::collection::vec(0usize..600, 0..40),
+            limit in 0usize..800,
+        ) {
+            let old = &base[..len];
+            let mut new = old.to_vec();
+            for (at, n, v) in edits {
+                for b in new.iter_mut().skip(at).take(n) {
+                    *b = b.wrapping_add(v | 1);
+                }
+            }
+            // equal bytes scattered inside changed runs (gaps of every length)
+            for at in equal_bytes {
+                if at < len {
+                    new[at] = old[at];
+                }
+            }
+            let fast = diff_deltas(3, old, &new);
+            let slow = diff_bytewise(3, old, &new);
+            let key = |d: &[Delta]| d.iter().map(|x| (x.offset, x.bytes.clone())).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(key(&fast), key(&slow));
+            // with a limit: the same records when they fit in it, else none
+            let total: usize = slow.iter().map(Delta::len).sum();
+            let within = diff_deltas_within(3, old, &new, limit);
+            proptest::prop_assert_eq!(within.is_some(), total <= limit);
+            if let Some(w) = within {
+                proptest::prop_assert_eq!(key(&w), key(&slow));
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,9 @@ pub mod journal;
 mod superblock;
 mod xattr;
 
-pub use dir::{dir_salt, DirBlock, DirEntryRaw, DIR_ENTRY_FIXED, DIR_HEADER_BYTES, DIR_MAGIC};
+pub use dir::{
+    dir_salt, encode_entries, DirBlock, DirEntryRaw, DIR_ENTRY_FIXED, DIR_HEADER_BYTES, DIR_MAGIC,
+};
 pub use geometry::{Bounds, Geometry};
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};

@@ -606,7 +606,7 @@ impl Inner {
                 self.inode(ino)?.d.blocks += 1;
             }
             let d = self.inodes[&ino].dir.as_ref().expect("caller checked");
-            writes.push((phys, d.block(bi).encode(ino, bi as u64, bs as u32)));
+            writes.push((phys, d.encode_block(ino, bi, bs as u32)));
         }
         self.txn.extend(writes);
         let node = self.inode(ino)?;
@@ -785,6 +785,7 @@ impl Inner {
                 if d.blocks.iter().any(|b| b.dirty) && !d.any_dirty {
                     return Err(format!("directory {ino}: a dirty block but not any_dirty"));
                 }
+                d.check().map_err(|e| format!("directory {ino}: {e}"))?;
             }
             if n.unsaved() && !self.touched.contains(ino) {
                 return Err(format!(

@@ -18,9 +18,9 @@ use super::Inner;
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::journal::{
-    body_crc, compact_fits, decode_deltas, decode_revokes, diff_deltas, encode_txn_with,
-    journal_salt, payload_crc, txn_blocks, txn_len, Commit, Delta, Descriptor, Inline,
-    JOURNAL_MAGIC, TAG_BLOCK, TAG_DELTA, TAG_ESCAPED, TAG_REVOKE,
+    body_crc, compact_fits, decode_deltas, decode_revokes, diff_deltas, diff_deltas_within,
+    encode_txn_with, journal_salt, payload_crc, txn_blocks, txn_len, Commit, Delta, Descriptor,
+    Inline, JOURNAL_MAGIC, TAG_BLOCK, TAG_DELTA, TAG_ESCAPED, TAG_REVOKE,
 };
 use crate::format::Superblock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -116,9 +116,9 @@ impl Inner {
         let mut deltas: Vec<Delta> = Vec::new();
         let mut full: Vec<bool> = Vec::with_capacity(writes.len());
         for (b, new) in &writes {
-            let d = self.ckpt.image_of(*b).map(|old| match *b {
-                0 => superblock_deltas(old.as_ref(), new),
-                _ => diff_deltas(*b, old.as_ref(), new),
+            let d = self.ckpt.image_of(*b).and_then(|old| match *b {
+                0 => Some(superblock_deltas(old.as_ref(), new)),
+                _ => diff_deltas_within(*b, old.as_ref(), new, bs / 2),
             });
             match d {
                 Some(d) if d.iter().map(Delta::len).sum::<usize>() <= bs / 2 => {
