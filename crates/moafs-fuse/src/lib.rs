@@ -158,6 +158,9 @@ pub struct MountConfig {
     /// How long a /dev/fuse thread waits before it serves a FORGET while io_uring carries the
     /// other requests (`forget_pause_ms=`, default 0: at once). See [`FORGET_PAUSE`].
     pub forget_pause: Duration,
+    /// Over io_uring, threads that serve FSYNC, FSYNCDIR and SYNCFS while the queues go on
+    /// (`sync_threads=`; 0: each queue's thread serves them itself). See `uring/pool.rs`.
+    pub sync_threads: usize,
 }
 
 impl Default for MountConfig {
@@ -181,9 +184,13 @@ impl Default for MountConfig {
             uring_stream_kb: 256,
             writeback_cache: true,
             forget_pause: FORGET_PAUSE,
+            sync_threads: SYNC_THREADS,
         }
     }
 }
+
+/// Default of [`MountConfig::sync_threads`].
+pub const SYNC_THREADS: usize = 4;
 
 /// The FUSE file system: an [`Fs`] behind fuser's `Filesystem` trait.
 pub struct MoafsFuse {
@@ -840,14 +847,16 @@ impl Filesystem for MoafsFuse {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         self.transport.note();
-        Self::empty(reply, self.fs.fsync(ino.0, datasync));
+        // the caller's thread (the kernel's request header names it), for group commit
+        let caller = u64::from(req.pid());
+        Self::empty(reply, self.fs.fsync_for(ino.0, datasync, caller));
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1531,9 +1540,12 @@ pub fn serve<A: Adapter, G>(
             session.as_fd().try_clone_to_owned()?,
             uring::UringConfig {
                 queues: uring::possible_cpus()?,
-                depth: 2,
+                // two entries for the requests served in turn, and one for each fsync the
+                // sync pool may hold meanwhile
+                depth: 2 + cfg.sync_threads,
                 payload: MAX_WRITE as usize,
                 stream_min: cfg.uring_stream_kb as usize * 1024,
+                sync_threads: cfg.sync_threads,
             },
         ))
     } else {
@@ -1588,9 +1600,17 @@ pub fn serve<A: Adapter, G>(
             }
         }
     });
+    let sync_counts = Arc::new(uring::SyncCounts::default());
     let res = session.run_with_extra(|dispatcher| {
         if let Some((fd, ucfg)) = uring_setup {
-            match uring::start(fd, dispatcher, ucfg, probe, on_fatal.clone()) {
+            match uring::start(
+                fd,
+                dispatcher,
+                ucfg,
+                probe,
+                on_fatal.clone(),
+                sync_counts.clone(),
+            ) {
                 Ok(workers) => {
                     log::info!("serving FUSE over io_uring ({} queues)", ucfg.queues);
                     // Ready once every request path is set up (the /dev/fuse threads run).
@@ -1619,8 +1639,11 @@ pub fn serve<A: Adapter, G>(
     drop(background);
     let (forgets, forgotten) = transport.forgets();
     log::info!(
-        "session on {} ended ({forgets} FORGET requests for {forgotten} inodes)",
-        mountpoint.display()
+        "session on {} ended ({forgets} FORGET requests for {forgotten} inodes; over \
+         io_uring {} sync requests served by the sync pools, {} in the queues' threads)",
+        mountpoint.display(),
+        sync_counts.pooled.load(Ordering::Relaxed),
+        sync_counts.inline.load(Ordering::Relaxed),
     );
     res
 }

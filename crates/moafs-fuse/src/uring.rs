@@ -32,6 +32,10 @@ use std::sync::Mutex;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+mod pool;
+pub use pool::SyncCounts;
+use pool::SyncPool;
+
 /// `FUSE_IO_URING_CMD_REGISTER`.
 const CMD_REGISTER: u32 = 1;
 /// `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`.
@@ -57,6 +61,12 @@ const OP_READ: u32 = 15;
 const READ_OFFSET_AT: usize = IN_OUT_SZ + 8;
 const READ_SIZE_AT: usize = IN_OUT_SZ + 16;
 const READ_FLAGS_AT: usize = IN_OUT_SZ + 32;
+/// Offset of `fuse_in_header.pid` (the calling thread) in the header.
+const PID_AT: usize = 32;
+/// `FUSE_FSYNC`, `FUSE_FSYNCDIR`, `FUSE_SYNCFS`.
+const OP_FSYNC: u32 = 20;
+const OP_FSYNCDIR: u32 = 30;
+const OP_SYNCFS: u32 = 50;
 /// `user_data` of the read armed on a server's wake-up eventfd (slots are small indices).
 const WAKE_UD: u64 = u64::MAX;
 /// Iovecs per registration (`FUSE_URING_IOV_SEGS`).
@@ -74,6 +84,10 @@ pub struct UringConfig {
     /// READ requests of at least this many bytes (readahead of a sequential stream) are
     /// served by the queue's stream helper on another CPU; 0: no helpers (see [`Inbox`]).
     pub stream_min: usize,
+    /// Threads of each queue's sync pool, which serves FSYNC, FSYNCDIR and SYNCFS so that the
+    /// queue's thread goes on serving while they wait for a commit ([`pool`]); 0: no pool,
+    /// the queue's thread serves them itself.
+    pub sync_threads: usize,
 }
 
 /// Tells whether a READ of (inode, offset) continues a sequential stream of the file (`None`:
@@ -206,6 +220,15 @@ impl Entry {
             && Entry::u32_at(&self.header, 4) == OP_READ
             && Entry::u32_at(&self.header, READ_SIZE_AT) as usize >= min
             && Entry::u32_at(&self.header, READ_FLAGS_AT) & libc::O_DIRECT as u32 == 0
+    }
+
+    /// Whether the request may wait for a commit of the file system (FSYNC, FSYNCDIR,
+    /// SYNCFS): served by the sync pool, so that the queue goes on meanwhile.
+    fn waits_for_commit(&self) -> bool {
+        matches!(
+            Entry::u32_at(&self.header, 4),
+            OP_FSYNC | OP_FSYNCDIR | OP_SYNCFS
+        )
     }
 
     /// The request's inode and, for a READ, its offset.
@@ -436,15 +459,25 @@ fn fuse_cmd(
 /// page cache and the reader's copy out ran one after the other on one CPU. The helper makes
 /// the first two on the other CPU while the reader copies (docs/BENCHMARKS.md).
 struct Inbox {
-    entries: Mutex<Vec<Entry>>,
+    entries: Mutex<Handed>,
     /// Counts hand-offs; the receiving thread keeps a read armed on it in its ring.
     efd: nix::sys::eventfd::EventFd,
+}
+
+/// What other threads handed to a server thread.
+#[derive(Default)]
+struct Handed {
+    /// Entries whose request this thread serves (and commits).
+    serve: Vec<Entry>,
+    /// Entries served elsewhere (the sync pool, [`pool`]), with their replies in place and
+    /// their commit ids: this thread only commits them, in its ring.
+    commit: Vec<(Entry, u64)>,
 }
 
 impl Inbox {
     fn new() -> io::Result<Inbox> {
         Ok(Inbox {
-            entries: Mutex::new(Vec::new()),
+            entries: Mutex::new(Handed::default()),
             efd: nix::sys::eventfd::EventFd::from_value_and_flags(
                 0,
                 nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
@@ -453,16 +486,27 @@ impl Inbox {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Handed> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Hands over an entry to serve.
     fn put(&self, entry: Entry) -> io::Result<()> {
-        self.lock().push(entry);
+        self.lock().serve.push(entry);
+        self.wake()
+    }
+
+    /// Hands back an entry served elsewhere, its reply in place, to be committed.
+    fn put_replied(&self, entry: Entry, commit_id: u64) -> io::Result<()> {
+        self.lock().commit.push((entry, commit_id));
+        self.wake()
+    }
+
+    fn wake(&self) -> io::Result<()> {
         self.efd.write(1).map(drop).map_err(io::Error::from)
     }
 
-    fn take(&self) -> Vec<Entry> {
+    fn take(&self) -> Handed {
         std::mem::take(&mut *self.lock())
     }
 }
@@ -474,6 +518,91 @@ impl Drop for Inbox {
     }
 }
 
+/// What serves a request in an entry: fuser's dispatcher and the sink its reply goes to. A
+/// server thread has one, and so has each thread of the sync pool.
+struct Servant<FS: Filesystem> {
+    /// For log lines: the queue (or the pool thread) serving.
+    qid: u16,
+    dispatcher: Dispatcher<FS>,
+    sink: Arc<EntrySink>,
+    handle: CaptureSinkHandle,
+    /// A request without payload, rebuilt in /dev/fuse format (the entry's buffer is lent to
+    /// the sink meanwhile).
+    small_req: Vec<u8>,
+}
+
+impl<FS: Filesystem> Servant<FS> {
+    fn new(qid: u16, dispatcher: Dispatcher<FS>) -> Servant<FS> {
+        let sink = Arc::new(EntrySink::default());
+        Servant {
+            qid,
+            dispatcher,
+            sink: sink.clone(),
+            handle: CaptureSinkHandle::new(sink),
+            small_req: Vec::with_capacity(HEAD_ROOM),
+        }
+    }
+
+    /// Dispatches `req` (or `small_req`); a panic in the file system becomes an EIO reply
+    /// instead of the end of this queue's thread (whose CPU would be left without entries).
+    fn dispatch_guarded(&self, req: Option<&[u8]>) -> Dispatched {
+        let req = req.unwrap_or(&self.small_req);
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.dispatcher.dispatch(req, &self.handle)
+        }));
+        res.unwrap_or_else(|_| {
+            log::error!(
+                "io_uring queue {}: a request panicked; answered EIO",
+                self.qid
+            );
+            // whatever the panic left half-written is discarded: no reply → EIO
+            self.sink.state().clear();
+            Dispatched::Handled
+        })
+    }
+
+    /// Runs the request in `entry` through fuser and writes the reply into the entry.
+    /// Returns the commit id and whether the kernel is tearing the file system down.
+    fn serve(&mut self, entry: &mut Entry) -> (u64, bool) {
+        let unique = Entry::u64_at(&entry.header, 8);
+        let payload = Entry::u32_at(&entry.header, PAYLOAD_SZ_AT);
+        let commit_id = Entry::u64_at(&entry.header, COMMIT_ID_AT);
+        let outcome = match entry.request() {
+            None => {
+                log::error!("io_uring: malformed request header; answering EIO");
+                None
+            }
+            Some(range) if payload == 0 => {
+                // The request is header and argument only: copy those out (at most 168
+                // bytes) and lend the buffer to the sink, which writes the reply body (a
+                // read's data) straight into the payload area.
+                self.small_req.clear();
+                self.small_req.extend_from_slice(&entry.buf[range]);
+                {
+                    let mut st = self.sink.state();
+                    st.at = entry.at;
+                    st.cap = entry.payload_cap();
+                    st.direct = Some(std::mem::take(&mut entry.buf));
+                }
+                DIRECT.with(|d| *d.borrow_mut() = Some(self.sink.clone()));
+                let outcome = self.dispatch_guarded(None);
+                DIRECT.with(|d| *d.borrow_mut() = None);
+                if let Some(buf) = self.sink.state().direct.take() {
+                    entry.buf = buf;
+                }
+                Some(outcome)
+            }
+            Some(range) => Some(self.dispatch_guarded(Some(&entry.buf[range]))),
+        };
+        if outcome == Some(Dispatched::Invalid) {
+            log::error!("io_uring: request fuser could not parse; answering EIO");
+        }
+        let mut st = self.sink.state();
+        entry.set_reply(&mut st, unique);
+        (commit_id, outcome == Some(Dispatched::Destroy))
+    }
+}
+
 /// The server thread of a queue: its ring and the entries armed in it.
 struct Server<FS: Filesystem> {
     qid: u16,
@@ -481,12 +610,7 @@ struct Server<FS: Filesystem> {
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
     /// Entries armed in this ring; `user_data` is the index.
     slots: Vec<Option<Entry>>,
-    dispatcher: Dispatcher<FS>,
-    sink: Arc<EntrySink>,
-    handle: CaptureSinkHandle,
-    /// A request without payload, rebuilt in /dev/fuse format (the entry's buffer is lent to
-    /// the sink meanwhile).
-    small_req: Vec<u8>,
+    servant: Servant<FS>,
     /// Completions of one wake-up (kept to reuse its allocation).
     ready: Vec<(u64, i32)>,
     /// Entries handed to this thread (see [`Inbox`]).
@@ -498,6 +622,11 @@ struct Server<FS: Filesystem> {
     /// This thread is the stream helper: it keeps large READs and hands the rest back.
     helper: bool,
     stream_min: usize,
+    /// Serves the requests that may wait for a commit (`None`: served here).
+    pool: Option<Arc<SyncPool>>,
+    /// The thread that sent the last of those (`fuse_in_header.pid`).
+    last_sync_caller: Option<u32>,
+    sync_counts: Arc<SyncCounts>,
     /// Where the armed eventfd read puts its 8 bytes; leaked, like the entries, because the
     /// kernel may complete the read after this thread is gone.
     wake_buf: &'static mut [u8; 8],
@@ -583,65 +712,6 @@ impl<FS: Filesystem> Server<FS> {
         Ok(())
     }
 
-    /// Dispatches `req` (or `small_req`); a panic in the file system becomes an EIO reply
-    /// instead of the end of this queue's thread (whose CPU would be left without entries).
-    fn dispatch_guarded(&self, req: Option<&[u8]>) -> Dispatched {
-        let req = req.unwrap_or(&self.small_req);
-        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.dispatcher.dispatch(req, &self.handle)
-        }));
-        res.unwrap_or_else(|_| {
-            log::error!(
-                "io_uring queue {}: a request panicked; answered EIO",
-                self.qid
-            );
-            // whatever the panic left half-written is discarded: no reply → EIO
-            self.sink.state().clear();
-            Dispatched::Handled
-        })
-    }
-
-    /// Runs the request in `entry` through fuser and writes the reply into the entry.
-    /// Returns the commit id and whether the kernel is tearing the file system down.
-    fn serve(&mut self, entry: &mut Entry) -> (u64, bool) {
-        let unique = Entry::u64_at(&entry.header, 8);
-        let payload = Entry::u32_at(&entry.header, PAYLOAD_SZ_AT);
-        let commit_id = Entry::u64_at(&entry.header, COMMIT_ID_AT);
-        let outcome = match entry.request() {
-            None => {
-                log::error!("io_uring: malformed request header; answering EIO");
-                None
-            }
-            Some(range) if payload == 0 => {
-                // The request is header and argument only: copy those out (at most 168
-                // bytes) and lend the buffer to the sink, which writes the reply body (a
-                // read's data) straight into the payload area.
-                self.small_req.clear();
-                self.small_req.extend_from_slice(&entry.buf[range]);
-                {
-                    let mut st = self.sink.state();
-                    st.at = entry.at;
-                    st.cap = entry.payload_cap();
-                    st.direct = Some(std::mem::take(&mut entry.buf));
-                }
-                DIRECT.with(|d| *d.borrow_mut() = Some(self.sink.clone()));
-                let outcome = self.dispatch_guarded(None);
-                DIRECT.with(|d| *d.borrow_mut() = None);
-                if let Some(buf) = self.sink.state().direct.take() {
-                    entry.buf = buf;
-                }
-                Some(outcome)
-            }
-            Some(range) => Some(self.dispatch_guarded(Some(&entry.buf[range]))),
-        };
-        if outcome == Some(Dispatched::Invalid) {
-            log::error!("io_uring: request fuser could not parse; answering EIO");
-        }
-        let mut st = self.sink.state();
-        entry.set_reply(&mut st, unique);
-        (commit_id, outcome == Some(Dispatched::Destroy))
-    }
-
     /// Arms a read on this thread's eventfd, which completes when an entry is handed over.
     fn arm_wake(&mut self) -> io::Result<()> {
         use std::os::fd::AsFd;
@@ -655,12 +725,28 @@ impl<FS: Filesystem> Server<FS> {
 
     /// Serves the entries handed to this thread and re-arms the wake-up.
     fn take_handed(&mut self) -> io::Result<()> {
-        let mut handed = self.inbox.take().into_iter();
-        while let Some(entry) = handed.next() {
-            if let Err(e) = self.serve_commit(entry) {
-                handed.for_each(std::mem::forget); // still registered: never freed
-                return Err(e);
+        let Handed { serve, commit } = self.inbox.take();
+        let (mut serve, mut commit) = (serve.into_iter(), commit.into_iter());
+        let mut failed = None;
+        for (entry, commit_id) in commit.by_ref() {
+            if let Err(e) = self.commit(entry, commit_id) {
+                failed = Some(e);
+                break;
             }
+        }
+        if failed.is_none() {
+            for entry in serve.by_ref() {
+                if let Err(e) = self.serve_commit(entry) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            // still registered: never freed
+            commit.for_each(std::mem::forget);
+            serve.for_each(std::mem::forget);
+            return Err(e);
         }
         self.arm_wake()
     }
@@ -674,6 +760,20 @@ impl<FS: Filesystem> Server<FS> {
                 "io_uring: completion for empty slot {ud}"
             )));
         };
+        if entry.waits_for_commit() {
+            if let Some(pool) = &self.pool {
+                let caller = Entry::u32_at(&entry.header, PID_AT);
+                let others = self
+                    .last_sync_caller
+                    .replace(caller)
+                    .is_some_and(|c| c != caller);
+                if others || pool.busy() {
+                    pool.put(entry, self.inbox.clone());
+                    return Ok(());
+                }
+            }
+            self.sync_counts.inline.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(peer) = &self.peer {
             let stream = entry.large_read(self.stream_min) && {
                 let (ino, offset) = entry.read_at();
@@ -690,7 +790,7 @@ impl<FS: Filesystem> Server<FS> {
     }
 
     fn serve_commit(&mut self, mut entry: Entry) -> io::Result<()> {
-        let (commit_id, destroy) = self.serve(&mut entry);
+        let (commit_id, destroy) = self.servant.serve(&mut entry);
         if destroy {
             log::debug!("io_uring queue {}: destroy", self.qid);
         }
@@ -814,6 +914,8 @@ struct Plan<FS: Filesystem> {
     helper: bool,
     stream_min: usize,
     probe: Option<StreamProbe>,
+    pool: Option<Arc<SyncPool>>,
+    sync_counts: Arc<SyncCounts>,
 }
 
 impl<FS: Filesystem> Plan<FS> {
@@ -835,16 +937,12 @@ impl<FS: Filesystem> Plan<FS> {
             .build((self.queue_depth.max(1) as u32 * 2 + 2).next_power_of_two())?;
         let qid = u16::try_from(self.qid).map_err(|_| io::Error::other("too many CPUs"))?;
         let entries = (0..self.depth).map(|_| Entry::new(self.payload)).collect();
-        let sink = Arc::new(EntrySink::default());
         let mut server = Server {
             qid,
             fd: self.dev.as_raw_fd(),
             ring,
             slots: Vec::new(),
-            dispatcher: self.dispatcher,
-            sink: sink.clone(),
-            handle: CaptureSinkHandle::new(sink),
-            small_req: Vec::with_capacity(HEAD_ROOM),
+            servant: Servant::new(qid, self.dispatcher),
             ready: Vec::new(),
             inbox: self.inbox,
             helper: self.helper,
@@ -855,13 +953,16 @@ impl<FS: Filesystem> Plan<FS> {
                 0
             },
             peer: self.peer,
+            pool: self.pool,
+            last_sync_caller: None,
+            sync_counts: self.sync_counts,
             wake_buf: Box::leak(Box::new([0; 8])),
             live: self.live,
         };
         server.register(entries)?;
         // Armed after the registration, whose completions are not expected to include it;
         // a hand-off meanwhile is kept by the eventfd's counter.
-        if server.peer.is_some() {
+        if server.peer.is_some() || server.pool.is_some() {
             server.arm_wake()?;
         }
         Ok(server)
@@ -879,6 +980,7 @@ pub fn start<FS: Filesystem>(
     cfg: UringConfig,
     probe: Option<StreamProbe>,
     on_fatal: OnFatal,
+    sync_counts: Arc<SyncCounts>,
 ) -> io::Result<ExtraWorkers> {
     let dev = Arc::new(dev);
     let stop = Arc::new(AtomicBool::new(false));
@@ -887,7 +989,28 @@ pub fn start<FS: Filesystem>(
     let mut first_err = None;
     // Stream helpers need another CPU to run on.
     let helpers = cfg.stream_min > 0 && cfg.queues > 1;
+    let mut pools: Vec<Arc<SyncPool>> = Vec::new();
+    let mut pool_threads = 0;
     for qid in 0..cfg.queues {
+        // The queue's sync pool, on the queue's CPU: a hand-off wakes a thread there, not
+        // across CPUs (which costs an inter-processor interrupt on a virtual machine).
+        let pool = if cfg.sync_threads > 0 {
+            let pool = Arc::new(SyncPool::new(sync_counts.clone()));
+            match pool::spawn(&pool, cfg.sync_threads, &dispatcher, qid) {
+                Ok(mut t) => {
+                    pool_threads += t.len();
+                    threads.append(&mut t);
+                    pools.push(pool.clone());
+                    Some(pool)
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    break;
+                }
+            }
+        } else {
+            None
+        };
         let inbox = Arc::new(Inbox::new()?);
         let live = Arc::new(std::sync::atomic::AtomicUsize::new(cfg.depth));
         let helper_inbox = if helpers {
@@ -909,6 +1032,8 @@ pub fn start<FS: Filesystem>(
             helper: false,
             stream_min: cfg.stream_min,
             probe: probe.clone(),
+            pool: pool.clone(),
+            sync_counts: sync_counts.clone(),
         };
         let mut plans = vec![(format!("moafs-uring-{qid}"), plan)];
         if let Some(helper_inbox) = helper_inbox {
@@ -926,6 +1051,8 @@ pub fn start<FS: Filesystem>(
                 helper: true,
                 stream_min: cfg.stream_min,
                 probe: probe.clone(),
+                pool: pool.clone(),
+                sync_counts: sync_counts.clone(),
             };
             plans.push((format!("moafs-stream-{qid}"), plan));
         }
@@ -943,7 +1070,7 @@ pub fn start<FS: Filesystem>(
         }
     }
     drop(tx); // a thread that dies before reporting then ends the wait below
-    for _ in 0..threads.len() {
+    for _ in pool_threads..threads.len() {
         let res = match rx.recv() {
             Ok(res) => res,
             Err(_) => Err(io::Error::other("io_uring thread ended early")),
@@ -952,7 +1079,12 @@ pub fn start<FS: Filesystem>(
             first_err.get_or_insert(e);
         }
     }
-    let stop_all: Box<dyn FnOnce() + Send> = Box::new(move || stop.store(true, Ordering::SeqCst));
+    let stop_all: Box<dyn FnOnce() + Send> = Box::new(move || {
+        stop.store(true, Ordering::SeqCst);
+        for pool in pools {
+            pool.stop();
+        }
+    });
     let workers = ExtraWorkers {
         threads,
         stop: Some(stop_all),

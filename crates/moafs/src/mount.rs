@@ -28,6 +28,7 @@ pub(crate) struct MountArgs {
     /// writeback_cache=on|off (the kernel's FUSE writeback cache, default on; off: every
     /// write() is a WRITE request at once, with no WRITE and SETATTR at close),
     /// forget_pause_ms=N (a FORGET waits N ms so that more come with it; default 0),
+    /// sync_threads=N (over io_uring, threads serving fsync while the queues go on; default 4 per CPU queue, 0: none),
     /// record=PATH (a write log of every device write, flush and fsync promise, for
     /// `moafs crashcheck PATH`; not with nvm= or ro),
     /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
@@ -262,6 +263,9 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             }
             "uring_stream_kb" => {
                 p.fuse.uring_stream_kb = num(k, v)?.min(1 << 20) as u32;
+            }
+            "sync_threads" => {
+                p.fuse.sync_threads = num(k, v)?.min(64) as usize;
             }
             "forget_pause_ms" => {
                 p.fuse.forget_pause = Duration::from_millis(num(k, v)?.min(1000));

@@ -98,9 +98,9 @@ pub(crate) struct Inner {
     /// Metadata blocks promised to changes since the last commit (directory growth, xattr
     /// blocks, indirect blocks): counted against free space like `reserved`.
     pub meta_reserved: u64,
-    /// The thread of the last fsync, and the average time of a commit's I/O (phase B), ns:
-    /// `Fs::fsync` batches as jbd2 does.
-    pub last_sync_thread: Option<std::thread::ThreadId>,
+    /// Who asked for the last fsync (`Fs::fsync_for`), and the average time of a commit's
+    /// I/O (phase B), ns: `Fs::fsync` batches as jbd2 does.
+    pub last_sync_thread: Option<u64>,
     pub commit_ns_avg: u64,
     /// When the last commit took its changes (its phase A).
     pub last_commit_start: Instant,
@@ -144,6 +144,16 @@ pub(crate) struct Inner {
     /// at most `spare_max` (a quarter of the cache bound).
     pub spare: Vec<Block>,
     pub spare_max: usize,
+}
+
+/// A key of the calling thread for [`Fs::fsync_for`], unlike any process id (bit 63 set).
+fn this_thread_key() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static KEY: u64 = NEXT.fetch_add(1, Ordering::Relaxed) | 1 << 63;
+    }
+    KEY.with(|k| *k)
 }
 
 /// The longest an fsync waits for others to join its commit (jbd2's `max_batch_time`
@@ -770,15 +780,21 @@ impl Fs {
     /// with concurrent such fsyncs (`bytelog.rs`). Otherwise a commit of the whole file
     /// system: returns after the device flush of the commit that took the changes;
     /// concurrent fsyncs share one commit; nothing unsaved and no commit in flight: at once.
-    pub fn fsync(&self, ino: Ino, _datasync: bool) -> FsResult<()> {
+    pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        self.fsync_for(ino, datasync, this_thread_key())
+    }
+    /// [`Fs::fsync`] for `caller`: who asks, as jbd2's batching rule tells syncing threads
+    /// apart (a FUSE adapter passes the calling thread's id from the request, not its own
+    /// serving thread's: those are few, and any of them may serve any caller).
+    pub fn fsync_for(&self, ino: Ino, _datasync: bool, caller: u64) -> FsResult<()> {
         if self.promise_start(ino) {
-            self.fsync_now(ino)?;
+            self.fsync_now(ino, caller)?;
             self.promise_end(ino);
             return Ok(());
         }
-        self.fsync_now(ino)
+        self.fsync_now(ino, caller)
     }
-    fn fsync_now(&self, ino: Ino) -> FsResult<()> {
+    fn fsync_now(&self, ino: Ino, caller: u64) -> FsResult<()> {
         if self.fsync_bytelog(ino)? {
             return Ok(());
         }
@@ -788,9 +804,8 @@ impl Fs {
             // jbd2's batching rule: when the last fsync came from another thread, several
             // are syncing, and one that has to commit first waits about one commit's time
             // for the others to join it.
-            let me = std::thread::current().id();
-            let batch = g.last_sync_thread.is_some_and(|t| t != me);
-            g.last_sync_thread = Some(me);
+            let batch = g.last_sync_thread.is_some_and(|t| t != caller);
+            g.last_sync_thread = Some(caller);
             (g.sync_epoch_all(), batch)
         };
         self.wait_durable_batched(epoch, batch)

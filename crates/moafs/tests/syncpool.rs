@@ -1,0 +1,177 @@
+//! The sync pools of the io_uring transport (`moafs-fuse/src/uring/pool.rs`): fsyncs from
+//! several threads are handed to a pool, a lone thread's are served in the queue's thread,
+//! and what an fsync acknowledged through the pool survives a SIGKILL of the daemon. Needs
+//! root and /dev/fuse (skipped otherwise); the counts are checked where io_uring serves.
+mod common;
+
+use common::*;
+use nix::sys::signal::Signal;
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::sleep;
+use std::time::Duration;
+
+/// `(pooled, inline, io_uring served)` from the daemon's log line at the end of its session.
+fn syncs_logged(log: &str) -> (u64, u64, bool) {
+    let uring = log.contains("serving FUSE over io_uring");
+    let Some(line) = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("sync requests served"))
+    else {
+        panic!("no end-of-session line in the log:\n{log}");
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = |w: &str| words.iter().position(|x| *x == w).unwrap();
+    let pooled = words[at("sync") - 1].parse().unwrap();
+    let inline = words[at("in") - 1].parse().unwrap();
+    (pooled, inline, uring)
+}
+
+/// `threads` threads, each writing its own file with an fsync after every 4 KiB, `rounds`
+/// times, on a fresh mount with the daemon's log at info level; returns the logged counts.
+fn fsyncs_with(threads: usize, rounds: u64, opts: &str) -> (u64, u64, bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let log = tmp.path().join("log");
+    mkfs(&img, "64M");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let pidfile = tmp.path().join("pid");
+    let out = std::process::Command::new(BIN)
+        .env("RUST_LOG", "info")
+        .arg("mount")
+        .arg("-o")
+        .arg(format!("log={},pidfile={},{opts}", p(&log), p(&pidfile)))
+        .arg(&img)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let m = Mounted::after_mount(out, &mnt, &pidfile).unwrap();
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let path = m.dir.join(format!("f{t}"));
+            std::thread::spawn(move || {
+                let f = fs::File::create(&path).unwrap();
+                for r in 0..rounds {
+                    f.write_all_at(&[t as u8 + 1; 4096], r * 4096).unwrap();
+                    f.sync_all().unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    for t in 0..threads {
+        let got = fs::read(m.dir.join(format!("f{t}"))).unwrap();
+        assert_eq!(got, vec![t as u8 + 1; 4096 * rounds as usize]);
+    }
+    m.unmount();
+    assert_fsck_clean(&img);
+    syncs_logged(&fs::read_to_string(&log).unwrap())
+}
+
+#[test]
+fn several_syncing_threads_use_the_pool_and_a_lone_one_does_not() {
+    if !can_mount() {
+        return;
+    }
+    let (pooled, inline, uring) = fsyncs_with(8, 40, "");
+    if !uring {
+        eprintln!("no io_uring here: no sync pools ({pooled} pooled, {inline} inline)");
+        return;
+    }
+    eprintln!("8 threads: {pooled} pooled, {inline} inline");
+    assert!(
+        pooled + inline >= 8 * 40,
+        "{pooled} + {inline} sync requests"
+    );
+    assert!(pooled > 0, "8 syncing threads: none handed to a pool");
+    // one thread alone: every fsync in the queue's thread, none handed over
+    let (pooled, inline, _) = fsyncs_with(1, 40, "");
+    assert_eq!(pooled, 0, "a lone syncing thread's fsyncs were handed over");
+    assert!(inline >= 40, "{inline} sync requests served inline");
+    // without pools, all of them inline
+    let (pooled, inline, _) = fsyncs_with(8, 20, "sync_threads=0");
+    assert_eq!(pooled, 0);
+    assert!(inline >= 8 * 20, "{inline} sync requests served inline");
+}
+
+/// Each thread appends 4 KiB records to its own file with an fsync after each and notes what
+/// was acknowledged, until the daemon is gone.
+fn sync_until_gone(path: PathBuf, tag: u8, stop: Arc<AtomicBool>) -> u64 {
+    let Ok(f) = fs::File::create(&path) else {
+        return 0;
+    };
+    let mut acked = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let rec = [tag.wrapping_add(acked as u8); 4096];
+        if f.write_all_at(&rec, acked * 4096).is_err() || f.sync_all().is_err() {
+            break;
+        }
+        acked += 1;
+    }
+    acked
+}
+
+fn check_records(path: &Path, tag: u8, acked: u64) {
+    let got = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        got.len() as u64 >= acked * 4096,
+        "{}: {} bytes, {acked} records acknowledged",
+        path.display(),
+        got.len()
+    );
+    for r in 0..acked {
+        let rec = &got[(r * 4096) as usize..((r + 1) * 4096) as usize];
+        assert!(
+            rec.iter().all(|&b| b == tag.wrapping_add(r as u8)),
+            "{}: record {r} of {acked} acknowledged is not what was written",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn what_pooled_fsyncs_acknowledged_survives_a_kill() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    mkfs(&img, "64M");
+    let m = Mounted::new(&img, &mnt, "");
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..8u8)
+        .map(|t| {
+            let (path, stop) = (mnt.join(format!("f{t}")), stop.clone());
+            std::thread::spawn(move || sync_until_gone(path, t * 31, stop))
+        })
+        .collect();
+    sleep(Duration::from_millis(1500));
+    kill(m.pid, Signal::SIGKILL).expect("signal the daemon");
+    let acked: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        acked.iter().sum::<u64>() > 8,
+        "the threads barely synced: {acked:?}"
+    );
+    assert!(
+        wait_gone(m.pid, Duration::from_secs(20)),
+        "daemon still alive"
+    );
+    drop(m); // detaches the dead mount
+    let (code, out) = fsck(&img);
+    assert_eq!(code, 0, "fsck -n after the kill:\n{out}");
+    let m = Mounted::new(&img, &mnt, "");
+    for (t, &n) in acked.iter().enumerate() {
+        check_records(&mnt.join(format!("f{t}")), t as u8 * 31, n);
+    }
+    m.unmount();
+    assert_fsck_clean(&img);
+}
