@@ -15,10 +15,10 @@ for r in $(seq 1 $reps); do
     if [[ ${LOOP:-0} == 1 ]]; then dev=$(losetup -f --show $D/img); blockdev --setra 256 $dev; src=$dev; fi
     $bin mount $opts $src $D/mnt || exit 1
     pid=$(cat $D/pid); t0=$(awk '{print $14+$15}' /proc/$pid/stat)
-    out=$($H bench --target $D/mnt --workload $wl --duration $dur --reps 1 --watch-ms 0 2>&1)
+    out=$($H bench --target $D/mnt --workload $wl --duration $dur --scale ${SCALE:-1} --reps 1 --watch-ms 0 2>&1)
     t1=$(awk '{print $14+$15}' /proc/$pid/stat)
     nops=$(echo "$out" | grep -oE '\(([0-9,]+) ops per run' | tr -d '(,' | awk '{s+=$1} END {print s}')
-    ops=$(echo "$out" | grep -oE '^dir:[^ ]+: [0-9.]+ ops/s' | awk '{print $2}')
+    ops=$(echo "$out" | grep -oE '^dir:[^ ]+: [0-9.]+ [a-z]+/s' | awk '{print $2}')
     cpu=$(echo "$out" | grep -oE 'CPU per operation[^:]*: [0-9.]+' | awk '{print $NF}')
     $bin umount $D/mnt || fusermount3 -u $D/mnt
     [[ -n $dev ]] && losetup -d $dev; dev=""

@@ -373,7 +373,7 @@ impl Inner {
         // (every fsync on this path comes here: no allocation unless a block is unknown)
         let cache = &self.inodes[&ino].cache;
         let unknown: Vec<u64> = cache
-            .dirty_below(u64::MAX)
+            .to_log()
             .filter(|idx| cache.get(idx).is_some_and(|cb| cb.unknown))
             .take(MAX_HOME_READS)
             .collect();
@@ -411,10 +411,10 @@ impl Inner {
         }
         let attrs = InodeAttrs::of(&node.d);
         let logged_attrs = node.logged;
-        let dirty = node.cache.dirty_blocks();
-        let mut blocks = Vec::with_capacity(dirty.len());
+        // (the dirty blocks logged with no change since have nothing to add: not visited)
+        let mut blocks = Vec::new();
         let mut reads = 0;
-        for idx in dirty {
+        for idx in node.cache.to_log() {
             let cb = node.cache.get(&idx).expect("dirty blocks are cached");
             if cb.reserved {
                 return Ok(None);

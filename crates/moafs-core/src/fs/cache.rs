@@ -111,6 +111,11 @@ pub(crate) struct CBlock {
 }
 
 impl CBlock {
+    /// Dirty, and not logged with no change since: an fsync by the byte log looks at it.
+    fn to_log(&self) -> bool {
+        self.dirty && (!self.logged || self.unlogged != 0 || self.unknown || self.reserved)
+    }
+
     /// A clean block holding `data` (its home's contents), stamped `last_use`.
     fn clean(data: Block, last_use: u64) -> CBlock {
         CBlock {
@@ -196,6 +201,10 @@ pub(crate) struct BlockCache {
     map: BTreeMap<u64, CBlock>,
     /// Logical blocks that are dirty, ascending.
     dirty: BTreeSet<u64>,
+    /// The dirty blocks an fsync by the byte log has to look at ([`CBlock::to_log`]): not
+    /// those logged already with no change since, which pile up between commits in a file
+    /// of small synced overwrites (a database's) and would make each fsync walk them all.
+    to_log: BTreeSet<u64>,
     /// Blocks holding a reservation.
     reserved: u64,
 }
@@ -227,6 +236,20 @@ impl BlockCache {
     /// Dirty logical blocks, ascending.
     pub fn dirty_blocks(&self) -> Vec<u64> {
         self.dirty.iter().copied().collect()
+    }
+    /// The dirty blocks with something the byte log has not logged, or that it cannot log
+    /// (reserved: no home yet), ascending: every dirty block but those logged with no change
+    /// since.
+    pub fn to_log(&self) -> impl Iterator<Item = u64> + '_ {
+        self.to_log.iter().copied()
+    }
+    /// Keeps `to_log` true of block `idx` after a change of its state.
+    fn track(&mut self, idx: u64) {
+        if self.map.get(&idx).is_some_and(CBlock::to_log) {
+            self.to_log.insert(idx);
+        } else {
+            self.to_log.remove(&idx);
+        }
     }
     /// Dirty logical blocks below `end`, ascending.
     pub fn dirty_below(&self, end: u64) -> impl Iterator<Item = u64> + '_ {
@@ -287,6 +310,7 @@ impl BlockCache {
             book.dirty += 1;
         }
         self.reserved += (reserved && !had_reservation) as u64;
+        self.track(idx);
         Put {
             old,
             first_dirty: !was_dirty && self.dirty.len() == 1,
@@ -335,6 +359,7 @@ impl BlockCache {
             Some(cb) if cb.reserved => {
                 cb.reserved = false;
                 self.reserved -= 1;
+                self.track(idx);
                 true
             }
             _ => false,
@@ -366,6 +391,7 @@ impl BlockCache {
                 book.clean.insert(cb.last_use, (ino, idx));
             }
         }
+        self.track(idx);
         unreserved
     }
 
@@ -393,6 +419,7 @@ impl BlockCache {
                 None => cb.tiered = true,
             }
         }
+        self.track(idx);
     }
 
     /// A commit logged dirty block `idx` (home `home`): homeless from now on. Its records
@@ -422,6 +449,7 @@ impl BlockCache {
         cb.tiered = false;
         cb.homeless = true;
         book.homeless.insert((ino, idx), (home, since));
+        self.track(idx);
     }
 
     /// Homeless block `idx` is to go home with the next commit: dirty again, every change
@@ -434,6 +462,7 @@ impl BlockCache {
             self.dirty.insert(idx);
             book.dirty += 1;
         }
+        self.track(idx);
     }
 
     /// Which units of dirty block `idx` changed since it was last home is known now
@@ -444,6 +473,7 @@ impl BlockCache {
             cb.unlogged = changed;
             cb.unknown = false;
         }
+        self.track(idx);
     }
 
     /// Drops block `idx`; the caller returns its reservation (`reserved`) if it held one.
@@ -458,6 +488,7 @@ impl BlockCache {
         book.removals += !cb.fetched as u64;
         book.ra_wasted += cb.prefetched as u64;
         book.logged -= cb.logged as u64;
+        self.to_log.remove(&idx);
         if cb.dirty {
             self.dirty.remove(&idx);
             book.dirty -= 1;
@@ -502,10 +533,15 @@ impl BlockCache {
         let mut dirty = 0;
         let mut reserved = 0;
         let (mut logged, mut homeless) = (0, 0);
+        let mut to_log = 0;
         for (idx, cb) in &self.map {
             if cb.dirty != self.dirty.contains(idx) {
                 return Err(format!("inode {ino} block {idx}: dirty set disagrees"));
             }
+            if cb.to_log() != self.to_log.contains(idx) {
+                return Err(format!("inode {ino} block {idx}: to-log set disagrees"));
+            }
+            to_log += cb.to_log() as usize;
             if cb.reserved && !cb.dirty {
                 return Err(format!("inode {ino} block {idx}: clean but reserved"));
             }
@@ -554,6 +590,12 @@ impl BlockCache {
                 self.reserved
             ));
         }
+        if to_log != self.to_log.len() {
+            return Err(format!(
+                "inode {ino}: {} blocks in the to-log set, {to_log} to log",
+                self.to_log.len()
+            ));
+        }
         Ok([self.map.len() as u64, dirty, reserved, logged, homeless])
     }
 }
@@ -561,6 +603,44 @@ impl BlockCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_fsync_looks_only_at_blocks_with_something_to_log() {
+        let mut book = CacheBook::default();
+        let mut c = BlockCache::default();
+        let blk = || Arc::new(vec![1u8; 4096]);
+        let listed = |c: &BlockCache| c.to_log().collect::<Vec<u64>>();
+        for idx in 0..4 {
+            c.put_dirty(&mut book, 9, idx, blk(), idx == 3, Change::Units(1));
+        }
+        assert_eq!(listed(&c), [0, 1, 2, 3]);
+        // logged: nothing new in blocks 0 and 1; block 3 holds a reservation (no home yet)
+        for idx in [0, 1] {
+            c.set_logged(&mut book, idx, None, Some(7));
+        }
+        assert_eq!(listed(&c), [2, 3]);
+        c.recount(&book, 9).unwrap();
+        // changed again after its record: looked at again
+        c.put_dirty(&mut book, 9, 1, blk(), false, Change::Units(2));
+        assert_eq!(listed(&c), [1, 2, 3]);
+        // a whole block without its old contents: looked at (its home is read)
+        c.set_logged(&mut book, 1, None, Some(8));
+        c.put_dirty(&mut book, 9, 1, blk(), false, Change::Unknown);
+        assert_eq!(listed(&c), [1, 2, 3]);
+        c.unreserve(3);
+        c.set_logged(&mut book, 3, None, Some(9));
+        assert_eq!(listed(&c), [1, 2]);
+        // written home, dropped: gone from the set
+        c.mark_clean(&mut book, 9, 2);
+        c.remove(&mut book, 9, 1);
+        assert_eq!(listed(&c), Vec::<u64>::new());
+        c.recount(&book, 9).unwrap();
+        assert_eq!(
+            c.dirty_count(),
+            2,
+            "blocks 0 and 3: dirty, logged, nothing new"
+        );
+    }
 
     #[test]
     fn units_changed_at_counts_only_units_whose_bytes_differ() {
