@@ -980,14 +980,7 @@ fn crash_mid_workload(how: &str) {
         "the workload barely ran ({} rounds)",
         synced.len()
     );
-    assert!(
-        wait_gone(m.pid, Duration::from_secs(20)),
-        "daemon still alive"
-    );
-    drop(m); // detaches the dead mount
-    let (code, out) = fsck(&img);
-    assert_eq!(code, 0, "fsck -n after the crash:\n{out}");
-    let m = Mounted::new(&img, &mnt, "");
+    let m = m.remount_after_crash(&img);
     for (path, data) in &synced {
         let got = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(got == *data, "{}: fsynced contents changed", path.display());

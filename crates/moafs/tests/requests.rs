@@ -109,20 +109,7 @@ fn forgets_with(opts: &str) -> (u64, u64, bool) {
     let img = tmp.path().join("img");
     let log = tmp.path().join("log");
     mkfs(&img, "64M");
-    // the daemon's log at info level, where it counts the forgets at the end of its session
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let pidfile = tmp.path().join("pid");
-    let out = std::process::Command::new(BIN)
-        .env("RUST_LOG", "info")
-        .arg("mount")
-        .arg("-o")
-        .arg(format!("log={},pidfile={},{opts}", p(&log), p(&pidfile)))
-        .arg(&img)
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    let m = Mounted::after_mount(out, &mnt, &pidfile).unwrap();
+    let m = Mounted::logged(&img, &tmp.path().join("mnt"), opts, &log);
     for i in 0..FILES {
         fs::write(m.dir.join(format!("f{i}")), b"x").unwrap();
     }

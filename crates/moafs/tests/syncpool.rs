@@ -38,19 +38,7 @@ fn fsyncs_with(threads: usize, rounds: u64, opts: &str) -> (u64, u64, bool) {
     let img = tmp.path().join("img");
     let log = tmp.path().join("log");
     mkfs(&img, "64M");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let pidfile = tmp.path().join("pid");
-    let out = std::process::Command::new(BIN)
-        .env("RUST_LOG", "info")
-        .arg("mount")
-        .arg("-o")
-        .arg(format!("log={},pidfile={},{opts}", p(&log), p(&pidfile)))
-        .arg(&img)
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    let m = Mounted::after_mount(out, &mnt, &pidfile).unwrap();
+    let m = Mounted::logged(&img, &tmp.path().join("mnt"), opts, &log);
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let path = m.dir.join(format!("f{t}"));
@@ -161,14 +149,7 @@ fn what_pooled_fsyncs_acknowledged_survives_a_kill() {
         acked.iter().sum::<u64>() > 8,
         "the threads barely synced: {acked:?}"
     );
-    assert!(
-        wait_gone(m.pid, Duration::from_secs(20)),
-        "daemon still alive"
-    );
-    drop(m); // detaches the dead mount
-    let (code, out) = fsck(&img);
-    assert_eq!(code, 0, "fsck -n after the kill:\n{out}");
-    let m = Mounted::new(&img, &mnt, "");
+    let m = m.remount_after_crash(&img);
     for (t, &n) in acked.iter().enumerate() {
         check_records(&mnt.join(format!("f{t}")), t as u8 * 31, n);
     }

@@ -140,6 +140,39 @@ impl Mounted {
         Mounted::after_mount(out, dir, &pidfile)
     }
 
+    /// Mounts `img` on `dir` with `opts` and the daemon's log at info level in `log` (where
+    /// it counts requests at the end of its session).
+    pub fn logged(img: &Path, dir: &Path, opts: &str, log: &Path) -> Mounted {
+        fs::create_dir_all(dir).unwrap();
+        let pidfile = dir.with_extension("pid");
+        let _ = fs::remove_file(&pidfile);
+        let out = Command::new(BIN)
+            .env("RUST_LOG", "info")
+            .arg("mount")
+            .arg("-o")
+            .arg(format!("log={},pidfile={},{opts}", p(log), p(&pidfile)))
+            .arg(img)
+            .arg(dir)
+            .output()
+            .unwrap();
+        Mounted::after_mount(out, dir, &pidfile).unwrap()
+    }
+
+    /// After the daemon was killed (or its connection aborted): waits until it is gone,
+    /// detaches the dead mount, checks that `fsck -n` finds `img` clean (the journal as
+    /// replayed), and mounts it again on the same directory.
+    pub fn remount_after_crash(self, img: &Path) -> Mounted {
+        assert!(
+            wait_gone(self.pid, Duration::from_secs(20)),
+            "daemon still alive"
+        );
+        let dir = self.dir.clone();
+        drop(self); // detaches the dead mount
+        let (code, out) = fsck(img);
+        assert_eq!(code, 0, "fsck -n after the crash:\n{out}");
+        Mounted::new(img, &dir, "")
+    }
+
     /// Guards a mount made by some other command (`pid` 0: no daemon of its own to wait for).
     pub fn adopt(dir: &Path, pid: i32) -> Mounted {
         Mounted {
