@@ -458,6 +458,9 @@ fn fuse_cmd(
 /// the reader waits: the daemon's copy into the payload, the kernel's copy from it into the
 /// page cache and the reader's copy out ran one after the other on one CPU. The helper makes
 /// the first two on the other CPU while the reader copies (docs/BENCHMARKS.md).
+///
+/// A queue's sync pool ([`pool`]) hands entries back here too, served: the thread only
+/// commits them (`Handed::commit`).
 struct Inbox {
     entries: Mutex<Handed>,
     /// Counts hand-offs; the receiving thread keeps a read armed on it in its ring.
