@@ -174,7 +174,7 @@ pub fn diff_deltas_within(target: u64, old: &[u8], new: &[u8], limit: usize) -> 
         // Extend the run over every later difference that follows a gap of at most a record
         // header's length of equal bytes (a new record would cost more than the gap).
         let next = loop {
-            while end + 8 <= n && !any_byte_zero(word_at(old, end) ^ word_at(new, end)) {
+            while end + 8 <= n && !any_byte_zero(get_u64(old, end) ^ get_u64(new, end)) {
                 end += 8; // eight more differing bytes
             }
             let k = first_difference(old, new, end);
@@ -198,10 +198,6 @@ pub fn diff_deltas_within(target: u64, old: &[u8], new: &[u8], limit: usize) -> 
     Some(out)
 }
 
-fn word_at(s: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"))
-}
-
 /// Whether some byte of `x` is zero (the classic bit trick: exact, no false positives).
 fn any_byte_zero(x: u64) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
@@ -218,7 +214,7 @@ fn first_difference(a: &[u8], b: &[u8], from: usize) -> usize {
         i += LINE;
     }
     while i + 8 <= n {
-        let x = word_at(a, i) ^ word_at(b, i);
+        let x = get_u64(a, i) ^ get_u64(b, i);
         if x != 0 {
             return i + (x.trailing_zeros() / 8) as usize;
         }

@@ -116,16 +116,18 @@ impl Inner {
         let mut deltas: Vec<Delta> = Vec::new();
         let mut full: Vec<bool> = Vec::with_capacity(writes.len());
         for (b, new) in &writes {
+            // (at most half a block of records, else the block goes whole)
             let d = self.ckpt.image_of(*b).and_then(|old| match *b {
-                0 => Some(superblock_deltas(old.as_ref(), new)),
+                0 => Some(superblock_deltas(old.as_ref(), new))
+                    .filter(|d| d.iter().map(Delta::len).sum::<usize>() <= bs / 2),
                 _ => diff_deltas_within(*b, old.as_ref(), new, bs / 2),
             });
             match d {
-                Some(d) if d.iter().map(Delta::len).sum::<usize>() <= bs / 2 => {
+                Some(d) => {
                     deltas.extend(d);
                     full.push(false);
                 }
-                _ => full.push(true),
+                None => full.push(true),
             }
         }
         let size = |full: &[bool], deltas: &[Delta]| {

@@ -100,7 +100,7 @@ pub(crate) struct Inner {
     pub meta_reserved: u64,
     /// Who asked for the last fsync (`Fs::fsync_for`), and the average time of a commit's
     /// I/O (phase B), ns: `Fs::fsync` batches as jbd2 does.
-    pub last_sync_thread: Option<u64>,
+    pub last_sync_caller: Option<u64>,
     pub commit_ns_avg: u64,
     /// When the last commit took its changes (its phase A).
     pub last_commit_start: Instant,
@@ -294,7 +294,7 @@ impl Fs {
             small_commit: false,
             meta_reserved: 0,
             atime: AtimePolicy::default(),
-            last_sync_thread: None,
+            last_sync_caller: None,
             commit_ns_avg: 0,
             last_commit_start: Instant::now(),
             backup_features: [
@@ -804,8 +804,8 @@ impl Fs {
             // jbd2's batching rule: when the last fsync came from another thread, several
             // are syncing, and one that has to commit first waits about one commit's time
             // for the others to join it.
-            let batch = g.last_sync_thread.is_some_and(|t| t != caller);
-            g.last_sync_thread = Some(caller);
+            let batch = g.last_sync_caller.is_some_and(|t| t != caller);
+            g.last_sync_caller = Some(caller);
             (g.sync_epoch_all(), batch)
         };
         self.wait_durable_batched(epoch, batch)
