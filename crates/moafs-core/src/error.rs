@@ -54,6 +54,9 @@ pub enum FsError {
     /// be lost (the file system turned read-only).
     #[error("I/O error: an earlier device error made the file system read-only; changes not yet durable were lost")]
     Failed,
+    /// The file system was shut down (`Fs::shutdown`): every operation fails so.
+    #[error("I/O error: the file system was shut down")]
+    ShutDown,
     #[error("stale file handle (inode {ino})")]
     Stale { ino: u64 },
     /// Inside the engine: an operation needs a commit (to release pending frees) while
@@ -92,6 +95,7 @@ impl FsError {
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::ReadOnly => libc::EROFS,
             FsError::Failed => libc::EIO,
+            FsError::ShutDown => libc::EIO,
             FsError::Stale { .. } => libc::ESTALE,
             FsError::CommitBusy => libc::ENOSPC,
             FsError::WouldRead => libc::EIO,

@@ -1,5 +1,6 @@
 mod common;
 use common::*;
+use moafs_core::device::BlockDevice;
 use moafs_core::fs::{FileKind, RenameFlags, SetAttr, XattrFlags, ROOT_INO};
 use moafs_core::FsError;
 
@@ -830,6 +831,107 @@ fn a_symlinks_target_is_not_written_as_data() {
         libc::EINVAL
     );
     assert_eq!(fs.readlink(l.ino).unwrap(), b"target");
+    fs.unmount().unwrap();
+    fsck_clean(&dev);
+}
+
+#[test]
+fn a_shutdown_keeps_what_it_promised_and_nothing_more_reaches_the_device() {
+    use moafs_core::fs::ShutdownFlush;
+    for flush in [
+        ShutdownFlush::All,
+        ShutdownFlush::Log,
+        ShutdownFlush::Nothing,
+    ] {
+        let dev = new_dev(64 << 20);
+        let fs = mount(&dev);
+        let synced = fs.create(ROOT_INO, b"synced", 0o644, ME).unwrap().ino;
+        fs.write(synced, 0, b"durable").unwrap();
+        fs.fsync(synced, false).unwrap();
+        let later = fs.create(ROOT_INO, b"later", 0o644, ME).unwrap().ino;
+        fs.write(later, 0, &[9u8; 20_000]).unwrap();
+        fs.shutdown(flush).unwrap();
+        assert!(fs.is_shut_down());
+        let frozen = dev.counters();
+        // every operation fails with EIO, a second shutdown is no error
+        let eio = |r: Result<(), FsError>| assert_eq!(r.unwrap_err().to_errno(), libc::EIO);
+        eio(fs.lookup(ROOT_INO, b"synced").map(|_| ()));
+        eio(fs.getattr(synced).map(|_| ()));
+        eio(fs.read(synced, 0, 10).map(|_| ()));
+        eio(fs.write(synced, 0, b"x").map(|_| ()));
+        eio(fs.create(ROOT_INO, b"new", 0o644, ME).map(|_| ()));
+        eio(fs.readdir(ROOT_INO, 0, 10).map(|_| ()));
+        eio(fs.fsync(later, false));
+        eio(fs.sync());
+        fs.shutdown(ShutdownFlush::All).unwrap();
+        fs.forget(later, 1);
+        assert!(!fs.tick().unwrap());
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_eq!(
+            dev.counters(),
+            frozen,
+            "{flush:?}: the device saw requests after the shutdown"
+        );
+        fsck_clean(&dev);
+        let fs = mount(&dev);
+        let a = fs.lookup(ROOT_INO, b"synced").unwrap();
+        assert_eq!(fs.read(a.ino, 0, 100).unwrap(), b"durable");
+        match fs.lookup(ROOT_INO, b"later") {
+            Ok(a) => {
+                assert_ne!(flush, ShutdownFlush::Nothing, "not promised, yet durable");
+                assert_eq!(fs.read(a.ino, 0, 30_000).unwrap(), vec![9u8; 20_000]);
+            }
+            Err(e) => {
+                assert_eq!(
+                    flush,
+                    ShutdownFlush::Nothing,
+                    "{flush:?} lost a change: {e}"
+                );
+            }
+        }
+        fs.unmount().unwrap();
+        fsck_clean(&dev);
+    }
+}
+
+/// xfstests generic/449: on a full file system an access ACL that cannot be stored is refused
+/// and leaves the mode as it was (the mode follows an ACL only once it is kept).
+#[test]
+fn an_acl_refused_for_space_leaves_the_mode() {
+    let dev = new_dev(4 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"f", 0o700, ME).unwrap().ino;
+    let chunk = vec![1u8; 64 << 10];
+    let mut off = 0;
+    while fs.write(f, off, &chunk).is_ok() {
+        off += chunk.len() as u64;
+    }
+    // fill the last blocks with xattrs until none fits
+    let mut i = 0;
+    while fs
+        .setxattr(
+            f,
+            format!("user.{i}").as_bytes(),
+            &[b'a'; 1024],
+            XattrFlags::default(),
+        )
+        .is_ok()
+    {
+        i += 1;
+    }
+    // user::rwx group::--- mask::r-- other::--- (an extended ACL: it must be stored)
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm) in [(0x01u16, 7u16), (0x04, 0), (0x10, 4), (0x20, 0)] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&u32::MAX.to_le_bytes());
+    }
+    let before = fs.getattr(f).unwrap().perm;
+    let r = fs.setxattr(f, moafs_core::fs::acl::ACCESS, &acl, XattrFlags::default());
+    assert!(matches!(r, Err(FsError::NoSpace)), "{r:?}");
+    assert_eq!(fs.getattr(f).unwrap().perm, before, "the mode changed");
+    fs.check_invariants().unwrap();
     fs.unmount().unwrap();
     fsck_clean(&dev);
 }

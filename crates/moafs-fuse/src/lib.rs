@@ -98,6 +98,8 @@ macro_rules! declined_requests {
     };
 }
 
+mod ioctl;
+mod late;
 pub mod memfs;
 pub mod passthrough;
 pub mod poll;
@@ -203,6 +205,8 @@ pub struct MoafsFuse {
     /// listing starts at offset 0, see `Fs::readdir_end`).
     dir_streams: Mutex<HashMap<u64, u64>>,
     next_dir_handle: AtomicU64,
+    /// Write-back errors the writer sees at its next write (`late.rs`).
+    late: late::LateErrors,
 }
 
 impl MoafsFuse {
@@ -213,6 +217,7 @@ impl MoafsFuse {
             transport: Transport::new(cfg),
             dir_streams: Mutex::new(HashMap::new()),
             next_dir_handle: AtomicU64::new(1),
+            late: late::LateErrors::default(),
         }
     }
 
@@ -242,14 +247,19 @@ impl MoafsFuse {
     fn kill_suid(&self, req: &Request, ino: u64) -> Result<(), FsError> {
         let groups = unprivileged_groups(req);
         if self.fs.kill_suid(ino, groups.as_deref())? {
-            if let Some(n) = self.transport.notifier.get() {
-                // offset < 0: attributes only, no page is touched (safe inside a request)
-                if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
-                    log::debug!("attribute invalidation of {ino}: {e}");
-                }
-            }
+            self.forget_attributes(ino);
         }
         Ok(())
+    }
+
+    /// Tells the kernel to forget the attributes it caches of `ino` (it asks for them again).
+    fn forget_attributes(&self, ino: u64) {
+        if let Some(n) = self.transport.notifier.get() {
+            // offset < 0: attributes only, no page is touched (safe inside a request)
+            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                log::debug!("attribute invalidation of {ino}: {e}");
+            }
+        }
     }
 
     /// Drops set-group-ID of `ino` if the unprivileged caller of `req` is not in its group.
@@ -614,8 +624,12 @@ impl Filesystem for MoafsFuse {
 
     // batch_forget: fuser's default calls `forget` for each node (its `ForgetOne` is private).
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.transport.note();
+        // asked with a handle: before a buffered write, among others (`late.rs`)
+        if fh.is_some() && self.late.take_no_space(ino.0) {
+            return reply.error(Errno::ENOSPC);
+        }
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -841,7 +855,16 @@ impl Filesystem for MoafsFuse {
         }
         match self.fs.write(ino.0, offset, data) {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => {
+                if e.to_errno() == libc::ENOSPC
+                    && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
+                {
+                    // the writer learns it at its next write (`late.rs`)
+                    self.late.note_no_space(ino.0);
+                    self.forget_attributes(ino.0);
+                }
+                reply.error(errno(&e))
+            }
         }
     }
 
@@ -989,6 +1012,38 @@ impl Filesystem for MoafsFuse {
     ) {
         self.transport.note();
         Self::empty(reply, self.fs.sync());
+    }
+
+    fn ioctl_arg(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        cmd: u32,
+        arg: u64,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        self.transport.note();
+        match ioctl::decode(cmd, req.pid(), arg) {
+            Err(e) => reply.error(Errno::from_i32(e)),
+            Ok(ioctl::Ioctl::Unknown) => reply.error(Errno::from_i32(libc::ENOTTY)),
+            Ok(ioctl::Ioctl::Shutdown { flush, word }) => {
+                if req.uid() != 0 {
+                    return reply.error(Errno::EPERM);
+                }
+                let Some(flush) = flush else {
+                    return reply.error(Errno::EINVAL);
+                };
+                match self.fs.shutdown(flush) {
+                    // the kernel copies `out_size` bytes back: the caller's word unchanged
+                    Ok(()) => reply.ioctl(0, &word[..(out_size as usize).min(word.len())]),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

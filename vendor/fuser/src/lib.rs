@@ -937,6 +937,26 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// moafs patch: [`Filesystem::ioctl`] with `arg`, the caller's argument as it passed it
+    /// (for most commands a pointer in the caller's address space, which a restricted
+    /// FUSE ioctl does not copy when the command's direction says the kernel only reads
+    /// it back). By default calls [`Filesystem::ioctl`].
+    fn ioctl_arg(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: IoctlFlags,
+        cmd: u32,
+        arg: u64,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _ = arg;
+        self.ioctl(req, ino, fh, flags, cmd, in_data, out_size, reply);
+    }
+
     /// Poll for events
     fn poll(
         &self,

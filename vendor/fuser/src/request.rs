@@ -432,12 +432,14 @@ impl<'a> RequestWithSender<'a> {
                 if x.unrestricted() {
                     return Err(Errno::ENOSYS);
                 }
-                filesystem.ioctl(
+                // moafs patch: the argument too (`Filesystem::ioctl_arg`)
+                filesystem.ioctl_arg(
                     self.request_header(),
                     self.request.nodeid(),
                     x.file_handle(),
                     x.flags(),
                     x.command(),
+                    x.arg(),
                     x.in_data(),
                     x.out_size(),
                     self.reply(),

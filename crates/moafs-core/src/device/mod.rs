@@ -12,6 +12,7 @@
 //! Every device counts what it is asked to do in [`DeviceStats`].
 
 mod fault;
+mod fence;
 mod file;
 mod flash;
 mod mem;
@@ -23,6 +24,7 @@ mod switch;
 
 pub(crate) use fault::random_cut;
 pub use fault::{CutMode, FaultConfig, FaultDevice};
+pub use fence::FenceDevice;
 pub use file::{FileDevice, FileDeviceOptions};
 pub use flash::{FlashCounters, FlashDevice, FlashModel};
 pub use mem::MemDevice;

@@ -63,9 +63,14 @@ impl Inner {
 
     /// Reserves one metadata block (directory, xattr or indirect block) allocated at commit.
     pub(crate) fn reserve_meta(&mut self) -> FsResult<()> {
-        self.reserve(1)?;
-        self.reserved -= 1;
-        self.meta_reserved += 1;
+        self.reserve_meta_blocks(1)
+    }
+
+    /// Reserves `n` metadata blocks, all or none.
+    pub(crate) fn reserve_meta_blocks(&mut self, n: u64) -> FsResult<()> {
+        self.reserve(n)?;
+        self.reserved -= n;
+        self.meta_reserved += n;
         Ok(())
     }
 

@@ -34,7 +34,9 @@ mod node;
 mod ops;
 mod promise;
 mod readahead;
+mod shutdown;
 pub use readahead::{Readahead, ReadaheadPolicy};
+pub use shutdown::ShutdownFlush;
 
 /// How near the end of a file's last read a read must start to continue it
 /// ([`Fs::read_follows`]): the kernel keeps up to two readahead requests of 1 MiB in flight
@@ -191,6 +193,8 @@ pub struct Fs {
     /// The device logs writes and notes (`-o record=`): fsyncs and syncs note their
     /// promises (`promise.rs`). Fixed at mount, so that other mounts pay nothing for it.
     recording: bool,
+    /// Shut down or not (`shutdown.rs`).
+    down: shutdown::Down,
 }
 
 impl Fs {
@@ -258,6 +262,9 @@ impl Fs {
         }
         let run_cap = opts.cowrite.then(|| opts.cowrite_blocks(geo.block_size));
         let groups = load_groups(dev.as_ref(), &geo, run_cap)?;
+        // every request of the engine passes the fence a shutdown closes
+        let fence = Arc::new(crate::device::FenceDevice::new(dev));
+        let dev: Arc<dyn BlockDevice> = fence.clone();
         let (ckpt, dev) =
             checkpoint::Checkpoints::new(dev, geo.block_size, opts.checkpoint_interval_ms);
         let opts_cache_blocks = opts.cache_bytes / geo.block_size as u64;
@@ -362,6 +369,7 @@ impl Fs {
             commit_mx: Mutex::new(()),
             wb: behind::WbSignal::default(),
             recording,
+            down: shutdown::Down::new(fence),
         })
     }
 
@@ -521,6 +529,7 @@ impl Fs {
     }
 
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Attr> {
+        self.live()?;
         let mut g = self.warm(|g| {
             g.warm_entry(parent, name, false);
         });
@@ -534,6 +543,9 @@ impl Fs {
     }
     /// The kernel drops `n` references taken by lookup-like replies.
     pub fn forget(&self, ino: Ino, n: u64) {
+        if self.is_shut_down() {
+            return; // nothing is freed any more
+        }
         let mut g = self.warm(|g| g.warm_reap(ino, n, 0));
         if let Some(node) = g.inodes.get_mut(&ino) {
             node.lookups = node.lookups.saturating_sub(n);
@@ -543,9 +555,11 @@ impl Fs {
         }
     }
     pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
+        self.live()?;
         self.warm(|g| g.warm_inode(ino)).attr(ino)
     }
     pub fn setattr(&self, ino: Ino, set: &SetAttr) -> FsResult<Attr> {
+        self.live()?;
         let need = |g: &mut Inner| match set.size {
             Some(size) => g.warm_truncate(ino, size),
             None => g.warm_inode(ino),
@@ -567,38 +581,45 @@ impl Fs {
         rdev: u32,
         who: Caller,
     ) -> FsResult<Attr> {
+        self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
             |g| g.make(parent, name, mode, rdev, who, None),
         )
     }
     pub fn create(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
+        self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
             |g| g.make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None),
         )
     }
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
+        self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
             |g| g.make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None),
         )
     }
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], who: Caller) -> FsResult<Attr> {
+        self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
             |g| g.make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target)),
         )
     }
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        self.live()?;
         self.lock().readlink(ino)
     }
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.live()?;
         let mut g = self.warm(|g| g.warm_victim(parent, name));
         g.note_victim(parent, name);
         g.remove(parent, name, false)
     }
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        self.live()?;
         self.warm(|g| g.warm_victim(parent, name))
             .remove(parent, name, true)
     }
@@ -610,6 +631,7 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
+        self.live()?;
         let need = |g: &mut Inner| {
             g.warm_dir(parent);
             g.warm_dir(newparent);
@@ -632,6 +654,7 @@ impl Fs {
         noreplace: bool,
         who: Caller,
     ) -> FsResult<()> {
+        self.live()?;
         let mut g = self.lock();
         // the whiteout's inode must be there before anything moves
         if g.alloc.free_inodes() == 0 && g.alloc.pending_inode_count() == 0 {
@@ -662,6 +685,7 @@ impl Fs {
         Ok(())
     }
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
+        self.live()?;
         let need = |g: &mut Inner| {
             g.warm_inode(ino);
             g.warm_dir(newparent);
@@ -670,11 +694,15 @@ impl Fs {
     }
     /// Notes an open file handle (an unlinked inode lives until its last close).
     pub fn open(&self, ino: Ino) -> FsResult<Attr> {
+        self.live()?;
         let mut g = self.warm(|g| g.warm_inode(ino));
         g.inode(ino)?.opens += 1;
         g.attr(ino)
     }
     pub fn release(&self, ino: Ino) -> FsResult<()> {
+        if self.is_shut_down() {
+            return Ok(()); // a close succeeds; nothing is freed any more
+        }
         let mut g = self.warm(|g| g.warm_reap(ino, 0, 1));
         if let Some(node) = g.inodes.get_mut(&ino) {
             node.opens = node.opens.saturating_sub(1);
@@ -714,6 +742,7 @@ impl Fs {
         size: u32,
         make: impl FnOnce(usize) -> O,
     ) -> FsResult<O> {
+        self.live()?;
         let mut g = self.warm(|g| g.warm_read(ino, offset, size));
         let mut plan = g.read_plan(ino, offset, size, make)?;
         g.touch_atime(ino)?;
@@ -735,6 +764,7 @@ impl Fs {
         Ok(plan.out)
     }
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u32> {
+        self.live()?;
         let need = |g: &mut Inner| g.warm_write(ino, offset, data.len() as u64);
         let (n, wake, over) = self.mutate_warm(need, |g| {
             g.symlink_data_refused(ino)?;
@@ -765,6 +795,7 @@ impl Fs {
     }
     /// `mode`: 0, `FALLOC_FL_KEEP_SIZE`, or `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        self.live()?;
         self.mutate_warm(
             |g| g.warm_write(ino, offset, len),
             |g| {
@@ -787,6 +818,7 @@ impl Fs {
     /// apart (a FUSE adapter passes the calling thread's id from the request, not its own
     /// serving thread's: those are few, and any of them may serve any caller).
     pub fn fsync_for(&self, ino: Ino, _datasync: bool, caller: u64) -> FsResult<()> {
+        self.live()?;
         if self.promise_start(ino) {
             self.fsync_now(ino, caller)?;
             self.promise_end(ino);
@@ -813,6 +845,7 @@ impl Fs {
     /// The disk address of each block of a file up to its size (0: a hole or not yet
     /// written back), for tests and `inspect`.
     pub fn block_map(&self, ino: Ino) -> FsResult<Vec<u64>> {
+        self.live()?;
         let mut g = self.lock();
         let bs = g.bs() as u64;
         let size = g.inode(ino)?.d.size;
@@ -820,6 +853,7 @@ impl Fs {
     }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
+        self.live()?;
         let epoch = {
             let mut g = self.lock();
             if self.recording {
@@ -837,6 +871,7 @@ impl Fs {
     /// inodes (benchmark scenario A: the next reads come from the device). Returns the
     /// blocks dropped.
     pub fn drop_caches(&self) -> FsResult<u64> {
+        self.live()?;
         // No commit in flight while the cache is dropped (its clean blocks may not be home).
         let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
         let mut g = self.lock();
@@ -851,6 +886,9 @@ impl Fs {
     /// journaled blocks whose checkpoint is due (a commit that runs does that too). Returns
     /// whether it did either.
     pub fn tick(&self) -> FsResult<bool> {
+        if self.is_shut_down() {
+            return Ok(false);
+        }
         let due = |g: &Inner| {
             !g.unmounted
                 && !g.opts.read_only
@@ -919,12 +957,14 @@ impl Fs {
     /// the file's group: what a write, truncate or fallocate by `who` does. True when the
     /// mode changed.
     pub fn kill_suid(&self, ino: Ino, who: Option<&[u32]>) -> FsResult<bool> {
+        self.live()?;
         self.warm(|g| g.warm_inode(ino)).kill_suid(ino, who)
     }
     pub fn statfs(&self) -> StatFs {
         self.lock().statfs()
     }
     pub fn readdir(&self, ino: Ino, offset: u64, max_entries: usize) -> FsResult<Vec<DirEntry>> {
+        self.live()?;
         self.warm(|g| g.warm_dir(ino))
             .readdir(ino, offset, max_entries, u64::MAX)
     }
@@ -935,6 +975,7 @@ impl Fs {
     }
     /// A listing of directory `ino` begins: its access time follows the policy.
     pub fn note_listing(&self, ino: Ino) -> FsResult<()> {
+        self.live()?;
         self.warm(|g| g.warm_inode(ino)).touch_atime(ino)
     }
     /// The offset that ends a listing started now: [`Fs::readdir_until`] with it returns the
@@ -942,6 +983,7 @@ impl Fs {
     /// listing ends even while every entry it returns is renamed within the directory (which
     /// makes a new entry).
     pub fn readdir_end(&self, ino: Ino) -> FsResult<u64> {
+        self.live()?;
         self.warm(|g| g.warm_dir(ino)).readdir_end(ino)
     }
     /// [`Fs::readdir`] that stops before the offset `end` (from [`Fs::readdir_end`]).
@@ -952,26 +994,32 @@ impl Fs {
         max_entries: usize,
         end: u64,
     ) -> FsResult<Vec<DirEntry>> {
+        self.live()?;
         self.warm(|g| g.warm_dir(ino))
             .readdir(ino, offset, max_entries, end)
     }
     pub fn setxattr(&self, ino: Ino, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
+        self.live()?;
         self.mutate_warm(
             |g| g.warm_xattrs(ino),
             |g| g.setxattr(ino, name, value, flags),
         )
     }
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        self.live()?;
         self.warm(|g| g.warm_xattrs(ino)).getxattr(ino, name)
     }
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        self.live()?;
         self.warm(|g| g.warm_xattrs(ino)).listxattr(ino)
     }
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        self.live()?;
         self.warm(|g| g.warm_xattrs(ino)).removexattr(ino, name)
     }
     /// Checks `mask` (R_OK=4, W_OK=2, X_OK=1, F_OK=0) for `who`.
     pub fn access(&self, ino: Ino, mask: u32, who: Caller) -> FsResult<()> {
+        self.live()?;
         self.warm(|g| g.warm_inode(ino)).access(ino, mask, who)
     }
     /// Writes everything back, frees unlinked inodes, marks the image clean and flushes.

@@ -792,18 +792,22 @@ impl Inner {
             }
             if name == acl::ACCESS {
                 // The mode follows the ACL; an ACL that says no more than the mode is not
-                // kept (posix_acl_update_mode).
+                // kept (posix_acl_update_mode). The mode changes only once the ACL is
+                // stored: an ACL refused (no space for it) leaves the mode as it was.
                 self.check_writable()?;
+                if a.is_equivalent_to_mode() {
+                    match self.removexattr(ino, name) {
+                        Ok(()) | Err(FsError::NoAttr) => {}
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    self.set_xattr_raw(ino, name, value, flags)?;
+                }
                 let node = self.inode(ino)?;
                 node.d.mode = (node.d.mode & !0o777) | a.mode_bits();
                 node.d.ctime = Timespec::now().pair();
                 node.dirty = true;
-                if a.is_equivalent_to_mode() {
-                    return match self.removexattr(ino, name) {
-                        Ok(()) | Err(FsError::NoAttr) => Ok(()),
-                        Err(e) => Err(e),
-                    };
-                }
+                return Ok(());
             }
         }
         self.set_xattr_raw(ino, name, value, flags)
@@ -845,9 +849,8 @@ impl Inner {
         } else {
             0
         };
-        for _ in have..needed {
-            self.reserve_meta()?;
-        }
+        // all or none: a partial reservation would stay held after the error
+        self.reserve_meta_blocks(needed.saturating_sub(have) as u64)?;
         *self.xattrs(ino)? = next;
         let node = self.inode(ino)?;
         node.xattr_dirty = true;

@@ -1359,6 +1359,10 @@ mod op {
         pub(crate) fn out_size(&self) -> u32 {
             self.arg.out_size
         }
+        /// moafs patch: the caller's argument (a pointer in its address space, or a value).
+        pub(crate) fn arg(&self) -> u64 {
+            self.arg.arg
+        }
     }
 
     /// Poll.

@@ -1,0 +1,94 @@
+//! The ioctls moafs answers (FUSE passes a file system's ioctls to its daemon "restricted":
+//! the kernel copies in and out as many bytes as the command's number says, in the
+//! directions it says).
+//!
+//! * `FS_IOC_SHUTDOWN` (= `XFS_IOC_GOINGDOWN`, `_IOR('X', 125, u32)`): shuts the file system
+//!   down (`moafs_core::fs::ShutdownFlush`). Its number says the kernel *reads* a u32 back,
+//!   so FUSE copies nothing in: the flags are read from the caller's memory at the pointer it
+//!   passed (`process_vm_readv`, which a root daemon may do). Root only, as ext4 and XFS
+//!   require CAP_SYS_ADMIN (FUSE passes no capabilities: uid 0 stands for it).
+//!
+//! Any other command: ENOTTY, as a file system without it answers.
+
+use moafs_core::fs::ShutdownFlush;
+use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::unistd::Pid;
+use std::io::IoSliceMut;
+
+/// `FS_IOC_SHUTDOWN` / `XFS_IOC_GOINGDOWN`.
+pub(crate) const SHUTDOWN: u32 = 0x8004_587d;
+
+/// A command moafs answers, decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ioctl {
+    /// Shut down with these flags (`None`: unknown flags, EINVAL); `word`: the caller's flag
+    /// word, copied back to it unchanged.
+    Shutdown {
+        flush: Option<ShutdownFlush>,
+        word: [u8; 4],
+    },
+    /// A command moafs does not have.
+    Unknown,
+}
+
+/// Decodes `cmd` from caller `pid` whose argument is `arg`. An argument that cannot be read
+/// is an error (EFAULT).
+pub(crate) fn decode(cmd: u32, pid: u32, arg: u64) -> Result<Ioctl, i32> {
+    match cmd {
+        SHUTDOWN => {
+            let word = read_caller(pid, arg)?;
+            Ok(Ioctl::Shutdown {
+                flush: ShutdownFlush::from_flags(u32::from_ne_bytes(word)),
+                word,
+            })
+        }
+        _ => Ok(Ioctl::Unknown),
+    }
+}
+
+/// Four bytes at `addr` in the memory of process (thread) `pid`.
+fn read_caller(pid: u32, addr: u64) -> Result<[u8; 4], i32> {
+    let mut word = [0u8; 4];
+    let pid = i32::try_from(pid).map_err(|_| libc::EFAULT)?;
+    let remote = [RemoteIoVec {
+        base: usize::try_from(addr).map_err(|_| libc::EFAULT)?,
+        len: word.len(),
+    }];
+    let n = process_vm_readv(
+        Pid::from_raw(pid),
+        &mut [IoSliceMut::new(&mut word)],
+        &remote,
+    )
+    .map_err(|e| {
+        log::warn!("ioctl: cannot read the argument of process {pid}: {e}");
+        libc::EFAULT
+    })?;
+    if n != word.len() {
+        return Err(libc::EFAULT);
+    }
+    Ok(word)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shutdown_flags_are_read_from_the_callers_memory() {
+        for (flags, want) in [
+            (0u32, Some(ShutdownFlush::All)),
+            (1, Some(ShutdownFlush::Log)),
+            (2, Some(ShutdownFlush::Nothing)),
+            (7, None),
+        ] {
+            let word = flags.to_ne_bytes();
+            let got = decode(SHUTDOWN, std::process::id(), word.as_ptr() as u64).unwrap();
+            assert_eq!(got, Ioctl::Shutdown { flush: want, word });
+        }
+        assert_eq!(
+            decode(0x1234, std::process::id(), 0).unwrap(),
+            Ioctl::Unknown
+        );
+        assert_eq!(decode(SHUTDOWN, std::process::id(), 8), Err(libc::EFAULT));
+    }
+}
