@@ -22,6 +22,10 @@ pub struct MkfsOptions {
     /// Byte-log size in blocks (None: 1/8 of the journal, 16 to 2048 blocks; Some(0): none).
     /// Needs a journal.
     pub bytelog_blocks: Option<u32>,
+    /// Size of the file system in bytes (None: the whole device): it takes the device's
+    /// first `size_bytes` bytes, at most all of them (`mkfs --size` on a block device or a
+    /// larger image, as `mkfs.ext4 DEV BLOCKS`).
+    pub size_bytes: Option<u64>,
 }
 
 impl Default for MkfsOptions {
@@ -33,6 +37,7 @@ impl Default for MkfsOptions {
             label: String::new(),
             journal_blocks: None,
             bytelog_blocks: None,
+            size_bytes: None,
         }
     }
 }
@@ -132,7 +137,17 @@ pub fn plan_bytelog(geo: &Geometry, journal_blocks: u32, opts: &MkfsOptions) -> 
 
 /// Creates an empty moafs on `dev`.
 pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
-    let geo = plan(dev.size(), opts)?;
+    let size = match opts.size_bytes {
+        Some(s) if s > dev.size() => {
+            return Err(FsError::invalid(format!(
+                "a file system of {s} bytes does not fit on a device of {} bytes",
+                dev.size()
+            )))
+        }
+        Some(s) => s,
+        None => dev.size(),
+    };
+    let geo = plan(size, opts)?;
     let journal_blocks = plan_journal(&geo, opts)?;
     let journal_start = if journal_blocks > 0 {
         geo.meta_blocks() as u64

@@ -935,3 +935,29 @@ fn an_acl_refused_for_space_leaves_the_mode() {
     fs.unmount().unwrap();
     fsck_clean(&dev);
 }
+
+/// xfstests generic/468: st_blocks does not change when the commit allocates what a write or
+/// fallocate reserved — the indirect blocks that will map the data count at once.
+#[test]
+fn block_counts_do_not_change_at_commit() {
+    let dev = new_dev(512 << 20);
+    let fs = mount(&dev);
+    for (len, falloc) in [
+        (1024u64, 1024u64),
+        (4202496, 4096),
+        (4202496, 104857600),
+        (0, 30 << 20),
+    ] {
+        let f = fs.create(ROOT_INO, b"f", 0o644, ME).unwrap().ino;
+        fs.write(f, 0, &vec![5u8; len as usize]).unwrap();
+        fs.fsync(f, false).unwrap();
+        fs.fallocate(f, len, falloc, 0).unwrap();
+        let before = fs.getattr(f).unwrap().blocks_512;
+        fs.fsync(f, false).unwrap();
+        let after = fs.getattr(f).unwrap().blocks_512;
+        assert_eq!(before, after, "{len} + fallocate {falloc}");
+        fs.unlink(ROOT_INO, b"f").unwrap();
+        fs.forget(f, 1);
+    }
+    fs.check_invariants().unwrap();
+}

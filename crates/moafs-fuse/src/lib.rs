@@ -133,6 +133,9 @@ pub struct MountConfig {
     pub fsname: String,
     /// The mount's type after `fuse.`: `moafs`, or `moafs-passthrough` for the floor target.
     pub subtype: String,
+    /// `fsname` is a block device: mount as `fuseblk.SUBTYPE` (root only). The kernel then
+    /// sends SYNCFS for sync(2) and syncfs(2), which a `fuse` mount never gets.
+    pub blkdev: bool,
     /// mount(8)'s VFS options of the mount, passed to mount(2) as flags: `noatime`,
     /// `nodiratime`, `relatime`, `strictatime`, `lazytime`, `dev`, `suid`, `noexec`, `sync`,
     /// `dirsync` (and their opposites). FUSE mounts are `nodev,nosuid` unless `dev`/`suid`.
@@ -177,6 +180,7 @@ impl Default for MountConfig {
             read_only: false,
             fsname: "moafs".to_string(),
             subtype: "moafs".to_string(),
+            blkdev: false,
             vfs_options: Vec::new(),
             read_ahead_kb: 1024,
             bdi_max_ratio: 20,
@@ -1046,6 +1050,11 @@ impl Filesystem for MoafsFuse {
         }
     }
 
+    fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
+        self.transport.note();
+        Self::empty(reply, self.fs.sync());
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         self.transport.note();
         let s = self.fs.statfs();
@@ -1430,6 +1439,10 @@ pub fn fuser_config(cfg: &MountConfig) -> fuser::Config {
         MountOption::FSName(cfg.fsname.clone()),
         MountOption::Subtype(cfg.subtype.clone()),
     ];
+    if cfg.blkdev {
+        c.mount_options
+            .push(MountOption::CUSTOM("blkdev".to_string()));
+    }
     if cfg.default_permissions {
         c.mount_options.push(MountOption::DefaultPermissions);
     }

@@ -4,7 +4,9 @@ use super::*;
 
 #[derive(Args, Debug)]
 pub(crate) struct MkfsArgs {
-    /// Size of the image, e.g. 64M, 10G (bytes without a suffix; K/M/G/T are powers of 1024).
+    /// Size of the file system, e.g. 64M, 10G (bytes without a suffix; K/M/G/T are powers of
+    /// 1024). An image file is created or grown to it; on a block device or a larger image
+    /// the file system takes the first SIZE bytes. Default: the whole device or image.
     #[arg(long)]
     pub(crate) size: Option<String>,
     /// Block size: 4096 or 16384.
@@ -71,6 +73,7 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         label: a.label.clone(),
         journal_blocks: a.journal_blocks,
         bytelog_blocks: a.bytelog_blocks,
+        size_bytes: size,
         ..MkfsOptions::default()
     };
     let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {

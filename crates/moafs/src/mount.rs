@@ -371,6 +371,9 @@ pub(crate) fn serve(
     // The image's absolute path, as a block device's would be: findmnt -S IMAGE, df and
     // xfstests find the mount by it (the type reads fuse.moafs).
     cfg.fsname = image.display().to_string();
+    // a block device mounts as fuseblk (root only): sync(2) and syncfs(2) then reach the
+    // engine (SYNCFS), which they never do through a fuse mount
+    cfg.blkdev = is_block_device(image) && nix::unistd::geteuid().is_root();
     let fs = Arc::new(fs);
     let served = moafs_fuse::mount_blocking(fs.clone(), mountpoint, &cfg, ready)
         .map_err(|e| format!("mount on {}: {e}", mountpoint.display()));
@@ -668,6 +671,11 @@ pub(crate) fn detach(log: Option<&Path>) -> Result<(), String> {
     }
     std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
     Ok(())
+}
+
+fn is_block_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 #[cfg(test)]

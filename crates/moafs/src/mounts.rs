@@ -16,6 +16,13 @@ use std::time::{Duration, Instant};
 
 /// The type of a moafs mount in /proc/mounts.
 pub const FSTYPE: &str = "fuse.moafs";
+/// The type of a mount of a block device (as root: `fuseblk`, which gets sync(2)).
+pub const FSTYPE_BLK: &str = "fuseblk.moafs";
+
+/// Whether a mount table's type is moafs's.
+pub fn is_moafs(fstype: &str) -> bool {
+    fstype == FSTYPE || fstype == FSTYPE_BLK
+}
 
 /// How long `mount`, `fsck`, `mkfs` and `umount` wait for a daemon that is still writing back
 /// after the kernel let go of its mount (unless `MOAFS_RELEASE_WAIT_SECS` says otherwise).
@@ -87,7 +94,7 @@ pub fn mounts_of_image(image: &Path) -> Vec<MountEntry> {
     let want = image.to_string_lossy();
     mounts()
         .into_iter()
-        .filter(|m| m.fstype == FSTYPE && m.source == want)
+        .filter(|m| is_moafs(&m.fstype) && m.source == want)
         .collect()
 }
 
@@ -334,6 +341,20 @@ pub fn mount_again(existing: &Path, mountpoint: &Path, opts: &[String]) -> Resul
         None::<&str>,
     )
     .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
+    // A bind of a shared mount joins its peer group; a new mount of a device does not (it
+    // is private, or shared in a group of its own under a shared parent): leave the group.
+    if let Err(e) = nix::mount::mount(
+        None::<&str>,
+        mountpoint,
+        None::<&str>,
+        MsFlags::MS_PRIVATE,
+        None::<&str>,
+    ) {
+        log::warn!(
+            "mount on {}: cannot make it private: {e}",
+            mountpoint.display()
+        );
+    }
     let mut flags = current_flags(mountpoint).unwrap_or(MsFlags::empty());
     let mut changed = false;
     for opt in opts.iter().flat_map(|o| o.split(',')) {
@@ -415,7 +436,7 @@ pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
         .ok_or_else(|| format!("{}: not mounted", target.display()))?;
     // The daemon of this mount, by the lock it holds: after the unmount the wait is for it
     // to let go (a new mount may take the image at once, as xfstests generic/604 does).
-    let holders = if entry.fstype == FSTYPE {
+    let holders = if is_moafs(&entry.fstype) {
         lock_holders(Path::new(&entry.source))
     } else {
         Vec::new()
@@ -431,7 +452,7 @@ pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
         nix::errno::Errno::EBUSY => format!("{}: target is busy", entry.target.display()),
         e => format!("{}: {e}", entry.target.display()),
     })?;
-    if lazy || entry.fstype != FSTYPE {
+    if lazy || !is_moafs(&entry.fstype) {
         return Ok(());
     }
     let image = PathBuf::from(&entry.source);

@@ -218,12 +218,31 @@ fn second_mount_shows_the_same_file_system() {
     mkfs(&img, "32M");
     let (d1, d2) = (tmp.path().join("m1"), tmp.path().join("m2"));
     let m = Mounted::new(&img, &d1, "");
+    // a shared first mount: the second must not join its peer group (a new mount of a
+    // device does not; xfstests generic/409, 411)
+    run(Command::new("mount").args(["--make-shared", p(&d1)]));
     fs::create_dir(&d2).unwrap();
     run(Command::new("mount").args(["-t", "fuse.moafs", p(&img), p(&d2)]));
     let second = Mounted::adopt(&d2, 0);
     assert_eq!(
         mount_entry(&d2).map(|e| (e.0, e.1)),
         mount_entry(&d1).map(|e| (e.0, e.1))
+    );
+    let peer_group = |d: &Path| -> Option<String> {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = info
+            .lines()
+            .rfind(|l| l.split(' ').nth(4) == Some(p(d)))?
+            .to_string();
+        line.split(' ')
+            .find(|w| w.starts_with("shared:"))
+            .map(str::to_string)
+    };
+    assert!(peer_group(&d1).is_some(), "the first mount is not shared");
+    assert_ne!(
+        peer_group(&d2),
+        peer_group(&d1),
+        "the second mount joined the first's peers"
     );
     fs::write(d1.join("f"), b"one").unwrap();
     assert_eq!(fs::read(d2.join("f")).unwrap(), b"one");

@@ -1290,3 +1290,113 @@ fn cold_random_reads_fetch_what_they_ask_and_linux_readahead_does_not() {
     assert!(get(&r, "prefetched_unused_bytes") > 0, "{r}");
     assert_fsck_clean(&img);
 }
+
+/// A loop device over a file, detached when dropped (also when the test fails).
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// `mkfs --size` on a block device or an image larger than SIZE makes a file system of its
+/// first SIZE bytes (xfstests' `_scratch_mkfs_sized`); larger than the device is refused.
+#[test]
+fn mkfs_size_takes_the_first_bytes_of_a_larger_device() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "losetup: {}", text(&out.stderr));
+    let dev = Loop(text(&out.stdout).trim().to_string());
+    let out = moafs(&["mkfs", "--size", "128M", &dev.0]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("does not fit"),
+        "{}",
+        text(&out.stderr)
+    );
+    for (target, want) in [(dev.0.as_str(), 24u64 << 20), (p(&img), 40 << 20)] {
+        let size = format!("{}M", want >> 20);
+        let out = moafs(&["mkfs", "--size", &size, target]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            fs::metadata(&img).unwrap().len(),
+            64 << 20,
+            "the image was resized"
+        );
+        let m = Mounted::new(Path::new(target), &mnt, "");
+        let st = nix::sys::statvfs::statvfs(&mnt).unwrap();
+        let total = st.blocks() * st.fragment_size();
+        assert!(
+            total <= want && total > want / 2,
+            "{target}: {total} bytes in a file system of {want}"
+        );
+        fs::write(mnt.join("f"), b"x").unwrap();
+        m.unmount();
+        let (code, out) = fsck(Path::new(target));
+        assert_eq!(code, 0, "{out}");
+    }
+}
+
+/// A block device mounts as `fuseblk.moafs`, for which the kernel sends SYNCFS: `sync` and
+/// `sync -f` (syncfs) make everything durable, as on a kernel file system — checked by a
+/// SIGKILL of the daemon right after them. (A `fuse.moafs` mount of an image file gets no
+/// SYNCFS: docs/SEMANTICS.md.)
+#[test]
+fn sync_reaches_a_block_device_mount() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "losetup: {}", text(&out.stderr));
+    let dev = Loop(text(&out.stdout).trim().to_string());
+    let out = moafs(&["mkfs", &dev.0]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for (i, sync) in [&["sync"][..], &["sync", "-f"][..]].into_iter().enumerate() {
+        let m = Mounted::new(Path::new(&dev.0), &mnt, "");
+        let mounts = fs::read_to_string("/proc/mounts").unwrap();
+        assert!(
+            mounts
+                .lines()
+                .any(|l| l.starts_with(&format!("{} {} fuseblk.moafs ", dev.0, p(&mnt)))),
+            "{mounts}"
+        );
+        fs::write(mnt.join(format!("f{i}")), b"synced").unwrap();
+        fs::create_dir(mnt.join(format!("d{i}"))).unwrap();
+        let mut cmd = Command::new(sync[0]);
+        cmd.args(&sync[1..]);
+        if sync.len() > 1 {
+            cmd.arg(&mnt);
+        }
+        assert!(cmd.status().unwrap().success());
+        kill(m.pid, Signal::SIGKILL).unwrap();
+        let m = m.remount_after_crash(Path::new(&dev.0));
+        assert_eq!(
+            fs::read(mnt.join(format!("f{i}"))).unwrap(),
+            b"synced",
+            "{sync:?}"
+        );
+        assert!(mnt.join(format!("d{i}")).is_dir(), "{sync:?}");
+        m.unmount();
+    }
+    let (code, out) = fsck(Path::new(&dev.0));
+    assert_eq!(code, 0, "{out}");
+}

@@ -779,6 +779,12 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// moafs patch: make the whole file system durable (sync(2), syncfs(2); the kernel sends
+    /// it to `fuseblk` mounts). ENOSYS by default.
+    fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Get file system statistics.
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         reply.statfs(0, 0, 0, 0, 0, 512, 255, 0);

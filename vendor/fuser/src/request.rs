@@ -333,6 +333,10 @@ impl<'a> RequestWithSender<'a> {
                     self.reply(),
                 );
             }
+            // moafs patch
+            ll::Operation::SyncFs(_) => {
+                filesystem.syncfs(self.request_header(), self.request.nodeid(), self.reply());
+            }
             ll::Operation::StatFs(_) => {
                 filesystem.statfs(self.request_header(), self.request.nodeid(), self.reply());
             }

@@ -259,6 +259,14 @@ impl BlockCache {
         self.reserved
     }
 
+    /// Logical blocks holding a reservation, ascending (reserved blocks are dirty).
+    pub fn reserved_blocks(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dirty
+            .iter()
+            .copied()
+            .filter(|i| self.map.get(i).is_some_and(|b| b.reserved))
+    }
+
     /// New dirty contents of block `idx`; `reserve`: a reservation was taken for it (kept
     /// if it already held one).
     pub fn put_dirty(

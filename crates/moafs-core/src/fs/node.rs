@@ -192,6 +192,44 @@ impl Inner {
         Ok(self.ind.get_mut(&blk).expect("inserted above"))
     }
 
+    /// Indirect blocks the next commit allocates to map the reserved blocks of `ino`: those
+    /// on their paths that do not exist yet (an indirect block not in memory counts as
+    /// existing: a file with reservations has the paths it walked loaded).
+    pub(crate) fn pending_indirect(&mut self, ino: u64) -> FsResult<u64> {
+        let bs = self.alloc.geo.block_size;
+        let node = self.inode(ino)?;
+        let top = node.d.indirect;
+        let reserved: Vec<u64> = node
+            .cache
+            .reserved_blocks()
+            .filter(|&i| i >= N_DIRECT as u64)
+            .collect();
+        // a missing indirect block: its level and the offsets that lead to it
+        let mut missing: std::collections::HashSet<(usize, Vec<usize>)> = Default::default();
+        for idx in reserved {
+            let Some(BPath::Indirect { level, offsets }) = bpath(idx, bs) else {
+                continue;
+            };
+            let mut blk = top[level] as u64;
+            for depth in 0..offsets.len() {
+                if blk == 0 {
+                    for d in depth..offsets.len() {
+                        missing.insert((level, offsets[..d].to_vec()));
+                    }
+                    break;
+                }
+                if depth + 1 == offsets.len() {
+                    break;
+                }
+                match self.ind.get(&blk) {
+                    Some(b) => blk = b.ptrs[offsets[depth]] as u64,
+                    None => break,
+                }
+            }
+        }
+        Ok(missing.len() as u64)
+    }
+
     /// Disk block of logical block `idx` of `ino`, 0 for a hole.
     pub(crate) fn bmap(&mut self, ino: u64, idx: u64) -> FsResult<u64> {
         let bs = self.alloc.geo.block_size;

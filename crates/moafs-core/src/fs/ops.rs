@@ -59,8 +59,15 @@ impl Inner {
         let d = &node.d;
         let kind = FileKind::from_mode(d.mode)
             .ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
-        // Blocks not yet allocated (delayed allocation) still count, as on ext4.
-        let pending = node.cache.reserved_count();
+        // Blocks not yet allocated (delayed allocation) still count, as on ext4, and so do
+        // the indirect blocks the commit allocates to map them (ext4 allocates a fallocate's
+        // extent blocks at once: st_blocks must not change when the commit comes).
+        let mut pending = node.cache.reserved_count();
+        if pending > 0 {
+            pending += self.pending_indirect(ino)?;
+        }
+        let node = self.inode(ino)?;
+        let d = &node.d;
         Ok(Attr {
             ino,
             size: d.size,

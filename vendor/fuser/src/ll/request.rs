@@ -758,6 +758,13 @@ mod op {
         }
     }
 
+    /// moafs patch: make the whole file system durable (sync(2), syncfs(2)).
+    #[derive(Debug)]
+    pub(crate) struct SyncFs<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+    }
+
     /// Get file system statistics.
     #[derive(Debug)]
     pub(crate) struct StatFs<'a> {
@@ -1856,6 +1863,8 @@ mod op {
                 header,
                 arg: data.fetch()?,
             }),
+            // moafs patch (its argument, 8 bytes of padding, says nothing)
+            fuse_opcode::FUSE_SYNCFS => Operation::SyncFs(SyncFs { header }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1930,6 +1939,8 @@ pub(crate) enum Operation<'a> {
     Rename2(Rename2<'a>),
     Lseek(Lseek<'a>),
     CopyFileRange(CopyFileRange<'a>),
+    /// moafs patch
+    SyncFs(#[expect(dead_code)] SyncFs<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -1987,6 +1998,7 @@ impl fmt::Display for Operation<'_> {
                 x.write_flags()
             ),
             Operation::StatFs(_) => write!(f, "STATFS"),
+            Operation::SyncFs(_) => write!(f, "SYNCFS"),
             Operation::Release(x) => write!(
                 f,
                 "RELEASE fh {:?}, flags {:#x}, flush {}, lock owner {:?}",

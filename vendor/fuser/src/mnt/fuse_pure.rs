@@ -439,6 +439,11 @@ fn fuse_mount_sys(
             if vfs_flag(name).is_some() {
                 continue;
             }
+            // moafs patch: `blkdev` picks the mount type (below), as libfuse's option does
+            if name == "blkdev" {
+                mount_options.push_str(",blksize=4096");
+                continue;
+            }
         }
         mount_options.push(',');
         mount_options.push_str(&option_to_string(option));
@@ -508,13 +513,21 @@ fn fuse_mount_sys(
 
     // moafs patch: the type is "fuse.SUBTYPE" when a subtype is given, as libfuse mounts it
     // (the kernel's "fuse" type takes a subtype; /proc/mounts then shows fuse.SUBTYPE).
+    // With the `blkdev` option it is "fuseblk": the source is a block device the kernel
+    // opens, and it sends SYNCFS for sync(2) and syncfs(2), which a "fuse" mount never gets.
+    #[cfg(target_os = "linux")]
+    let base = if options.contains(&MountOption::CUSTOM("blkdev".to_string())) {
+        "fuseblk"
+    } else {
+        "fuse"
+    };
     #[cfg(target_os = "linux")]
     let fstype = match options
         .iter()
         .find(|x| matches!(**x, MountOption::Subtype(_)))
     {
-        Some(MountOption::Subtype(subtype)) => format!("fuse.{subtype}"),
-        _ => "fuse".to_string(),
+        Some(MountOption::Subtype(subtype)) => format!("{base}.{subtype}"),
+        _ => base.to_string(),
     };
     #[cfg(target_os = "linux")]
     let result = nix::mount::mount(
