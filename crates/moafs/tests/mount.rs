@@ -1294,6 +1294,20 @@ fn cold_random_reads_fetch_what_they_ask_and_linux_readahead_does_not() {
 /// A loop device over a file, detached when dropped (also when the test fails).
 struct Loop(String);
 
+impl Loop {
+    /// A loop device over a new file `img` of `size` bytes.
+    fn over(img: &Path, size: u64) -> Loop {
+        fs::File::create(img).unwrap().set_len(size).unwrap();
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(img)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {}", text(&out.stderr));
+        Loop(text(&out.stdout).trim().to_string())
+    }
+}
+
 impl Drop for Loop {
     fn drop(&mut self) {
         let _ = Command::new("losetup").args(["-d", &self.0]).status();
@@ -1310,14 +1324,7 @@ fn mkfs_size_takes_the_first_bytes_of_a_larger_device() {
     let tmp = TempDir::new().unwrap();
     let img = tmp.path().join("img");
     let mnt = tmp.path().join("mnt");
-    fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "losetup: {}", text(&out.stderr));
-    let dev = Loop(text(&out.stdout).trim().to_string());
+    let dev = Loop::over(&img, 64 << 20);
     let out = moafs(&["mkfs", "--size", "128M", &dev.0]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
     assert!(
@@ -1360,14 +1367,7 @@ fn sync_reaches_a_block_device_mount() {
     let tmp = TempDir::new().unwrap();
     let img = tmp.path().join("img");
     let mnt = tmp.path().join("mnt");
-    fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&img)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "losetup: {}", text(&out.stderr));
-    let dev = Loop(text(&out.stdout).trim().to_string());
+    let dev = Loop::over(&img, 64 << 20);
     let out = moafs(&["mkfs", &dev.0]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     for (i, sync) in [&["sync"][..], &["sync", "-f"][..]].into_iter().enumerate() {

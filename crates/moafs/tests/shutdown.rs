@@ -46,6 +46,24 @@ fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
 }
 
+/// Unmounts a shut-down mount (which must work and write nothing: the image still reads
+/// `frozen`), checks the image with `fsck -n` and mounts it again.
+fn unmount_unchanged_and_remount(m: Mounted, img: &Path, frozen: &[u8]) -> Mounted {
+    let dir = m.dir.clone();
+    let pid = m.unmount_with(&["umount"]);
+    assert!(
+        wait_gone(pid, Duration::from_secs(20)),
+        "daemon still alive"
+    );
+    assert!(
+        image_bytes(img) == frozen,
+        "the image changed after the shutdown"
+    );
+    let (code, out) = fsck(img);
+    assert_eq!(code, 0, "fsck -n after the shutdown:\n{out}");
+    Mounted::new(img, &dir, "")
+}
+
 /// After a shutdown: a create, a write, a listing and a read all fail with EIO.
 fn assert_everything_fails(dir: &Path, existing: &Path) {
     assert_eq!(
@@ -113,19 +131,7 @@ fn a_shutdown_flushes_the_log_or_not_and_then_everything_fails() {
         let (ok, err) = shutdown(&mnt, flush);
         assert!(!ok || err.is_empty(), "a second shutdown: {err}");
         // unmounting works and writes nothing
-        let pid = m.unmount_with(&["umount"]);
-        assert!(
-            wait_gone(pid, Duration::from_secs(20)),
-            "daemon still alive"
-        );
-        assert!(
-            image_bytes(&img) == frozen,
-            "the image changed after the shutdown (flush: {flush})"
-        );
-
-        let (code, out) = fsck(&img);
-        assert_eq!(code, 0, "fsck -n after the shutdown:\n{out}");
-        let m = Mounted::new(&img, &mnt, "");
+        let m = unmount_unchanged_and_remount(m, &img, &frozen);
         assert_eq!(fs::read(mnt.join("synced")).unwrap(), b"durable");
         if flush {
             assert_eq!(fs::read(mnt.join("closed")).unwrap(), b"written");
@@ -152,24 +158,6 @@ fn sync_until_refused(path: PathBuf, tag: u8, give_up: Arc<AtomicBool>) -> (u64,
         acked += 1;
     }
     (acked, false)
-}
-
-fn check_records(path: &Path, tag: u8, acked: u64) {
-    let got = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(
-        got.len() as u64 >= acked * 4096,
-        "{}: {} bytes, {acked} records acknowledged",
-        path.display(),
-        got.len()
-    );
-    for r in 0..acked {
-        let rec = &got[(r * 4096) as usize..((r + 1) * 4096) as usize];
-        assert!(
-            rec.iter().all(|&b| b == tag.wrapping_add(r as u8)),
-            "{}: record {r} of {acked} acknowledged is not what was written",
-            path.display()
-        );
-    }
 }
 
 /// Churn without fsyncs beside the syncing threads: xfstests' fsstress when built, else
@@ -276,18 +264,7 @@ fn a_shutdown_under_load_keeps_every_acknowledged_fsync() {
         acked.iter().sum::<u64>() > 6,
         "the threads barely synced: {acked:?}"
     );
-    let pid = m.unmount_with(&["umount"]);
-    assert!(
-        wait_gone(pid, Duration::from_secs(20)),
-        "daemon still alive"
-    );
-    assert!(
-        image_bytes(&img) == frozen,
-        "the image changed after the shutdown"
-    );
-    let (code, out) = fsck(&img);
-    assert_eq!(code, 0, "fsck -n after the shutdown:\n{out}");
-    let m = Mounted::new(&img, &mnt, "");
+    let m = unmount_unchanged_and_remount(m, &img, &frozen);
     for (t, &n) in acked.iter().enumerate() {
         check_records(&mnt.join(format!("f{t}")), t as u8 * 41, n);
     }

@@ -107,6 +107,26 @@ pub fn wait_gone(pid: i32, timeout: Duration) -> bool {
     process_gone(pid)
 }
 
+/// Checks that `path` holds the `acked` 4 KiB records `tag`, `tag + 1`, … that a writer
+/// appended with an fsync after each and saw acknowledged.
+pub fn check_records(path: &Path, tag: u8, acked: u64) {
+    let got = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        got.len() as u64 >= acked * 4096,
+        "{}: {} bytes, {acked} records acknowledged",
+        path.display(),
+        got.len()
+    );
+    for r in 0..acked {
+        let rec = &got[(r * 4096) as usize..((r + 1) * 4096) as usize];
+        assert!(
+            rec.iter().all(|&b| b == tag.wrapping_add(r as u8)),
+            "{}: record {r} of {acked} acknowledged is not what was written",
+            path.display()
+        );
+    }
+}
+
 /// A live mount; unmounts and waits for its daemon on drop.
 pub struct Mounted {
     pub dir: PathBuf,
