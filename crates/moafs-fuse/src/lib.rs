@@ -1474,11 +1474,14 @@ fn tune_bdi(mountpoint: &Path, cfg: &MountConfig) {
         return;
     };
     let dev = meta.dev();
-    let bdi = format!(
-        "/sys/class/bdi/{}:{}",
-        nix::sys::stat::major(dev),
-        nix::sys::stat::minor(dev)
-    );
+    let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    // a fuseblk mount's bdi is "MAJ:MIN-fuseblk", MAJ:MIN being its block device's, whose own
+    // bdi ("MAJ:MIN") is not ours to change
+    let bdi = if cfg.blkdev {
+        format!("/sys/class/bdi/{major}:{minor}-fuseblk")
+    } else {
+        format!("/sys/class/bdi/{major}:{minor}")
+    };
     // strict_limit first: a test that sees max_ratio set knows strict_limit is too.
     let strict = u8::from(cfg.bdi_strict_limit);
     if let Err(e) = std::fs::write(format!("{bdi}/strict_limit"), strict.to_string()) {

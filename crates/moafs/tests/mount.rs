@@ -1370,8 +1370,25 @@ fn sync_reaches_a_block_device_mount() {
     let dev = Loop::over(&img, 64 << 20);
     let out = moafs(&["mkfs", &dev.0]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let name = dev.0.trim_start_matches("/dev/");
+    let loop_ra = || {
+        fs::read_to_string(format!("/sys/block/{name}/queue/read_ahead_kb"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let before = loop_ra();
     for (i, sync) in [&["sync"][..], &["sync", "-f"][..]].into_iter().enumerate() {
         let m = Mounted::new(Path::new(&dev.0), &mnt, "");
+        // the mount tunes its own bdi, not its block device's (the benchmarks set that one)
+        assert_eq!(loop_ra(), before, "the mount changed {name}'s readahead");
+        let rdev = fs::metadata(&dev.0).unwrap().rdev();
+        let bdi = format!(
+            "/sys/class/bdi/{}:{}-fuseblk/read_ahead_kb",
+            nix::sys::stat::major(rdev),
+            nix::sys::stat::minor(rdev)
+        );
+        assert_eq!(fs::read_to_string(&bdi).unwrap().trim(), "1024", "{bdi}");
         let mounts = fs::read_to_string("/proc/mounts").unwrap();
         assert!(
             mounts
