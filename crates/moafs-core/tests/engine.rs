@@ -961,3 +961,60 @@ fn block_counts_do_not_change_at_commit() {
     }
     fs.check_invariants().unwrap();
 }
+
+/// Sparse random writes into large files until the file system is full: every write either
+/// succeeds or says ENOSPC, and the commits that allocate the indirect blocks never fail
+/// (the file system would turn read-only), also beside fallocates of everything and
+/// truncates. xfstests generic/299's pattern.
+#[test]
+fn sparse_writes_near_full_never_fail_a_commit() {
+    let dev = new_dev(64 << 20);
+    let fs = mount(&dev);
+    let files: Vec<u64> = (0..4)
+        .map(|i| {
+            fs.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, ME)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let chunk = vec![3u8; 128 << 10];
+    let mut x: u64 = 12345;
+    let mut nospace = 0;
+    for round in 0..4000u64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let f = files[(x >> 60) as usize % 4];
+        let off = ((x >> 20) % (1 << 20)) * (128 << 10); // anywhere in 128 GiB
+        match fs.write(f, off, &chunk) {
+            Ok(_) => {}
+            Err(FsError::NoSpace) => nospace += 1,
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        if round % 7 == 0 {
+            match fs.fallocate(files[(x >> 40) as usize % 4], 0, 64 << 20, 0) {
+                Ok(()) | Err(FsError::NoSpace) => {}
+                Err(e) => panic!("round {round}: fallocate: {e}"),
+            }
+        }
+        if round % 101 == 0 {
+            let set = SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            };
+            if let Err(e) = fs.setattr(files[(x >> 30) as usize % 4], &set) {
+                panic!("round {round}: truncate: {e}");
+            }
+        }
+        if round % 50 == 0 {
+            if let Err(e) = fs.sync() {
+                panic!("round {round}: sync: {e}");
+            }
+        }
+    }
+    assert!(nospace > 0, "the file system never filled up");
+    fs.sync().unwrap();
+    fs.check_invariants().unwrap();
+    fs.unmount().unwrap();
+    fsck_clean(&dev);
+}

@@ -366,6 +366,7 @@ impl Inner {
         for ino in &inos {
             if let Some(n) = self.inodes.get_mut(ino) {
                 n.meta_reserved = false;
+                n.deep_reserved.clear();
             }
         }
         // Every inode in memory is clean now but those with data held back: the next commit
@@ -780,7 +781,7 @@ impl Inner {
             reserved += r;
             logged += l;
             homeless += h;
-            meta += n.meta_reserved as u64;
+            meta += n.meta_reserved as u64 + n.deep_reserved.len() as u64;
             if let Some(d) = &n.dir {
                 if d.blocks.iter().any(|b| b.dirty) && !d.any_dirty {
                     return Err(format!("directory {ino}: a dirty block but not any_dirty"));

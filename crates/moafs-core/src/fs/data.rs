@@ -34,22 +34,45 @@ impl Inner {
             .saturating_sub(1)
     }
 
-    /// Reserves `n` data blocks of `ino` up to logical block `last`, and the file's single
-    /// indirect block if the data reaches it and it does not exist yet.
-    pub(crate) fn reserve_for(&mut self, ino: u64, last: u64, n: u64) -> FsResult<()> {
+    /// Reserves the data blocks `blocks` (ascending) of `ino`, the file's single indirect
+    /// block if the data reaches it and it does not exist yet, and the double and triple
+    /// indirect blocks their paths need that neither exist nor are reserved yet (sparse
+    /// writes far into a file need one for every few blocks: the commit must find them).
+    /// All or none.
+    pub(crate) fn reserve_for(&mut self, ino: u64, blocks: &[u64]) -> FsResult<()> {
+        let n = blocks.len() as u64;
         self.reserve(n)?;
-        if n == 0 || last < crate::format::N_DIRECT as u64 {
+        let Some(&last) = blocks.last() else {
+            return Ok(());
+        };
+        if last < crate::format::N_DIRECT as u64 {
             return Ok(());
         }
         let node = self.inode(ino)?;
-        if node.d.indirect[0] != 0 || node.meta_reserved {
-            return Ok(());
-        }
-        if let Err(e) = self.reserve_meta() {
+        let single = node.d.indirect[0] == 0 && !node.meta_reserved;
+        let top = node.d.indirect;
+        let mut deep = self.missing_indirect(top, blocks.iter().copied());
+        deep.retain(|(level, _)| *level > 0);
+        let node = self.inode(ino)?;
+        deep.retain(|k| !node.deep_reserved.contains(k));
+        if let Err(e) = self.reserve_meta_blocks(u64::from(single)) {
             self.reserved -= n;
             return Err(e);
         }
-        self.inode(ino)?.meta_reserved = true;
+        // Out of the space `reservable` holds back for indirect blocks: physically there, or
+        // the write gets ENOSPC now rather than the commit later.
+        let free = self.alloc.free_blocks();
+        if self.reserved + self.meta_reserved + deep.len() as u64 > free {
+            self.reserved -= n;
+            if single {
+                self.meta_reserved -= 1;
+            }
+            return Err(FsError::NoSpace);
+        }
+        self.meta_reserved += deep.len() as u64;
+        let node = self.inode(ino)?;
+        node.meta_reserved |= single;
+        node.deep_reserved.extend(deep);
         Ok(())
     }
 
@@ -61,12 +84,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Reserves one metadata block (directory, xattr or indirect block) allocated at commit.
-    pub(crate) fn reserve_meta(&mut self) -> FsResult<()> {
-        self.reserve_meta_blocks(1)
-    }
-
-    /// Reserves `n` metadata blocks, all or none.
+    /// Reserves `n` metadata blocks (directory, xattr or indirect blocks) allocated at
+    /// commit, all or none.
     pub(crate) fn reserve_meta_blocks(&mut self, n: u64) -> FsResult<()> {
         self.reserve(n)?;
         self.reserved -= n;
@@ -206,8 +225,12 @@ impl Inner {
         for idx in first..=last {
             newly.push(self.needs_reservation(ino, idx)?);
         }
-        let need = newly.iter().filter(|n| **n).count() as u64;
-        self.reserve_for(ino, last, need)?;
+        let need: Vec<u64> = (first..=last)
+            .zip(&newly)
+            .filter(|(_, n)| **n)
+            .map(|(i, _)| i)
+            .collect();
+        self.reserve_for(ino, &need)?;
         let size = self.inode(ino)?.d.size;
         self.aging.note_write(ino, size);
         for (idx, newly) in (first..=last).zip(newly) {
@@ -491,7 +514,7 @@ impl Inner {
                 let change = Change::Units(units_of(tail.clone()));
                 let buf = self.edited_block(ino, idx, |b| b[tail].fill(0))?;
                 let newly = self.needs_reservation(ino, idx)?;
-                self.reserve_for(ino, idx, newly as u64)?;
+                self.reserve_for(ino, &[idx][..usize::from(newly)])?;
                 self.put_dirty(ino, idx, buf, newly, change)?;
             }
         }
@@ -539,8 +562,7 @@ impl Inner {
                 holes.push(idx);
             }
         }
-        let last = holes.last().copied().unwrap_or(0);
-        self.reserve_for(ino, last, holes.len() as u64)?;
+        self.reserve_for(ino, &holes)?;
         // One shared zero buffer (cached buffers are never changed in place), and write-back
         // between batches: a large fallocate costs the cache's bookkeeping, not its size in
         // memory.
@@ -590,7 +612,7 @@ impl Inner {
                     self.edited_block(ino, idx, |b| b[at].fill(0))?
                 };
                 let newly = self.needs_reservation(ino, idx)?;
-                self.reserve_for(ino, idx, newly as u64)?;
+                self.reserve_for(ino, &[idx][..usize::from(newly)])?;
                 self.put_dirty(ino, idx, buf, newly, change)?;
                 batch += 1;
                 if batch % 4096 == 0 {

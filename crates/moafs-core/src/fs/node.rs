@@ -7,7 +7,7 @@ use super::Inner;
 use crate::error::{FsError, FsResult};
 use crate::format::bytelog::InodeAttrs;
 use crate::format::{decode_indirect, ptrs_per_block, Bounds, DiskInode, N_DIRECT};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 pub(crate) struct Inode {
     pub d: DiskInode,
@@ -27,6 +27,9 @@ pub(crate) struct Inode {
     /// A metadata block (the single indirect block) is reserved for this inode until the
     /// next commit allocates it.
     pub meta_reserved: bool,
+    /// The double and triple indirect blocks reserved for this inode until the next commit
+    /// allocates them (level, offsets: `Inner::missing_indirect`).
+    pub deep_reserved: HashSet<(usize, Vec<usize>)>,
     /// The directory this file was last created, linked, renamed or looked up in (0: not
     /// known; in memory only): co-writing groups dirty small files by it.
     pub parent_hint: u64,
@@ -54,6 +57,7 @@ impl Inode {
             read_end: 0,
             dir: None,
             meta_reserved: false,
+            deep_reserved: HashSet::new(),
             parent_hint: 0,
             xattrs: None,
             xattr_cont: Vec::new(),
@@ -196,17 +200,33 @@ impl Inner {
     /// on their paths that do not exist yet (an indirect block not in memory counts as
     /// existing: a file with reservations has the paths it walked loaded).
     pub(crate) fn pending_indirect(&mut self, ino: u64) -> FsResult<u64> {
-        let bs = self.alloc.geo.block_size;
         let node = self.inode(ino)?;
         let top = node.d.indirect;
-        let reserved: Vec<u64> = node
-            .cache
-            .reserved_blocks()
-            .filter(|&i| i >= N_DIRECT as u64)
-            .collect();
-        // a missing indirect block: its level and the offsets that lead to it
-        let mut missing: std::collections::HashSet<(usize, Vec<usize>)> = Default::default();
-        for idx in reserved {
+        let reserved: Vec<u64> = node.cache.reserved_blocks().collect();
+        Ok(self.missing_indirect(top, reserved.into_iter()).len() as u64)
+    }
+
+    /// The indirect blocks missing on the paths of `blocks` (ascending) in a file whose top
+    /// indirect pointers are `top`: each as its level and the offsets that lead to it. An
+    /// indirect block not in memory counts as existing.
+    pub(crate) fn missing_indirect(
+        &self,
+        top: [u32; 3],
+        blocks: impl Iterator<Item = u64>,
+    ) -> HashSet<(usize, Vec<usize>)> {
+        let bs = self.alloc.geo.block_size;
+        let mut missing = HashSet::default();
+        // Blocks under one last-level indirect block share their path: walk it once. Every
+        // level starts at a multiple of the pointers per block past the direct blocks, so
+        // that block is (idx - N_DIRECT) / pointers at every level.
+        let per = ptrs_per_block(bs);
+        let mut last_leaf = None;
+        for idx in blocks.filter(|&i| i >= N_DIRECT as u64) {
+            let leaf = (idx - N_DIRECT as u64) / per;
+            if last_leaf == Some(leaf) {
+                continue;
+            }
+            last_leaf = Some(leaf);
             let Some(BPath::Indirect { level, offsets }) = bpath(idx, bs) else {
                 continue;
             };
@@ -227,7 +247,7 @@ impl Inner {
                 }
             }
         }
-        Ok(missing.len() as u64)
+        missing
     }
 
     /// Disk block of logical block `idx` of `ino`, 0 for a hole.
