@@ -89,6 +89,32 @@ pub fn mounts() -> Vec<MountEntry> {
         .unwrap_or_default()
 }
 
+/// Whether the mount under the newest mount at `mountpoint` is shared (mountinfo: the
+/// entry whose id is the new one's parent id carries `shared:N`).
+fn parent_is_shared(mountpoint: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let abs = mountpoint
+        .canonicalize()
+        .unwrap_or_else(|_| mountpoint.to_path_buf());
+    let fields = |l: &str| -> Vec<String> {
+        let pre = l.split(" - ").next().unwrap_or("");
+        pre.split(' ').map(str::to_string).collect()
+    };
+    let entries: Vec<Vec<String>> = info.lines().map(fields).collect();
+    let Some(mine) = entries
+        .iter()
+        .rfind(|f| f.len() > 4 && Path::new(&unescape(&f[4])) == abs)
+    else {
+        return false;
+    };
+    entries
+        .iter()
+        .find(|f| f.len() > 6 && f[0] == mine[1])
+        .is_some_and(|f| f[6..].iter().any(|o| o.starts_with("shared:")))
+}
+
 /// The moafs mounts whose source is `image` (an absolute path), oldest first.
 pub fn mounts_of_image(image: &Path) -> Vec<MountEntry> {
     let want = image.to_string_lossy();
@@ -341,19 +367,18 @@ pub fn mount_again(existing: &Path, mountpoint: &Path, opts: &[String]) -> Resul
         None::<&str>,
     )
     .map_err(|e| format!("mount on {}: {e}", mountpoint.display()))?;
-    // A bind of a shared mount joins its peer group; a new mount of a device does not (it
-    // is private, or shared in a group of its own under a shared parent): leave the group.
-    if let Err(e) = nix::mount::mount(
-        None::<&str>,
-        mountpoint,
-        None::<&str>,
-        MsFlags::MS_PRIVATE,
-        None::<&str>,
-    ) {
-        log::warn!(
-            "mount on {}: cannot make it private: {e}",
-            mountpoint.display()
-        );
+    // A bind of a shared mount joins its peer group; a new mount of a device does not: it
+    // is private, or under a shared parent shared in a group of its own. Leave the group,
+    // then join a new one if the parent is shared.
+    let propagate = |flag: MsFlags| {
+        let r = nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flag, None::<&str>);
+        if let Err(e) = r {
+            log::warn!("mount on {}: {flag:?}: {e}", mountpoint.display());
+        }
+    };
+    propagate(MsFlags::MS_PRIVATE);
+    if parent_is_shared(mountpoint) {
+        propagate(MsFlags::MS_SHARED);
     }
     let mut flags = current_flags(mountpoint).unwrap_or(MsFlags::empty());
     let mut changed = false;
