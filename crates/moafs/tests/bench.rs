@@ -167,10 +167,10 @@ fn managed_targets_run_and_are_always_taken_down() {
             // moafs's engine counters come from its stats= file at unmount
             assert_eq!(r["engine"]["commits"].is_u64(), kind == "moafs", "{kind}");
             // the mount as /proc/mounts showed it while mounted: type, source (every kind
-            // is mounted from a loop device), options
+            // is mounted from a loop device: moafs as fuseblk, which gets sync(2)), options
             let mount = r["mount_options"].as_str().unwrap();
             let want = match kind {
-                "moafs" => "fuse.moafs /dev/loop".to_string(),
+                "moafs" => "fuseblk.moafs /dev/loop".to_string(),
                 "fuse2fs" => "fuse".to_string(),
                 k => format!("{k} /dev/loop"),
             };
