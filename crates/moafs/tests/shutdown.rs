@@ -128,8 +128,8 @@ fn a_shutdown_flushes_the_log_or_not_and_then_everything_fails() {
         assert!(ok, "shutdown failed: {err}");
         let frozen = image_bytes(&img);
         assert_everything_fails(&mnt, &mnt.join("synced"));
-        let (ok, err) = shutdown(&mnt, flush);
-        assert!(!ok || err.is_empty(), "a second shutdown: {err}");
+        // (a second shutdown through xfs_io cannot be asked: its stat fails with EIO first;
+        // the engine test shuts down twice)
         // unmounting works and writes nothing
         let m = unmount_unchanged_and_remount(m, &img, &frozen);
         assert_eq!(fs::read(mnt.join("synced")).unwrap(), b"durable");

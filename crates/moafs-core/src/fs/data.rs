@@ -51,7 +51,14 @@ impl Inner {
         let node = self.inode(ino)?;
         let single = node.d.indirect[0] == 0 && !node.meta_reserved;
         let top = node.d.indirect;
-        let mut deep = self.missing_indirect(top, blocks.iter().copied());
+        // blocks past the single indirect block's reach (most writes are not) need deeper ones
+        let single_reach =
+            crate::format::N_DIRECT as u64 + crate::format::ptrs_per_block(self.bs() as u32);
+        let mut deep = if last < single_reach {
+            Default::default()
+        } else {
+            self.missing_indirect(top, blocks.iter().copied())
+        };
         deep.retain(|(level, _)| *level > 0);
         let node = self.inode(ino)?;
         deep.retain(|k| !node.deep_reserved.contains(k));
