@@ -17,8 +17,10 @@
 //! of it ([`CowDevice`]), so a state costs the pages its checks write, not an image.
 //!
 //! Each state must pass: `fsck -n` clean; `Fs::mount` (which replays the journal and the byte
-//! log); every fsync promise in force holds (the inode is a regular file with links, of the
-//! promised size and crc32c); unmount; `fsck -n` clean again. One exception, counted apart:
+//! log); every promise in force holds — an fsync's (the inode is a regular file with links, of
+//! the promised size and crc32c) and a sync's (the inode's mode, owner, links, extended
+//! attributes, contents, symlink target or directory entries, as the durable image after the
+//! sync holds them); unmount; `fsck -n` clean again. One exception, counted apart:
 //! through the kernel a file may be unlinked while a handle still holds it (FUSE sends RELEASE
 //! after close(2) returned), and a commit then writes an inode without links — an orphan,
 //! which the next mount frees (docs/DESIGN.md). `fsck -n` of the crash image reports it as an
@@ -78,7 +80,7 @@ pub struct CheckReport {
     pub flushes: u64,
     /// Fsync promises in the log.
     pub promises: u64,
-    /// Promises of syncs: files a sync found unchanged during it.
+    /// Promises of syncs: inodes a sync found unchanged during it.
     pub sync_promises: u64,
     pub syncs: u64,
     /// Discards in the log (never applied to a crash state).
@@ -108,15 +110,155 @@ struct Interval {
 }
 
 /// A promise and its life in the log: records `[start, end)`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Promise {
-    /// Made by an fsync of the file, or by a sync it was not changed during.
-    by_sync: bool,
     ino: u64,
-    size: u64,
-    crc: u32,
+    what: Promised,
     start: usize,
     end: usize,
+}
+
+/// What a promise holds.
+#[derive(Debug, Clone)]
+enum Promised {
+    /// An fsync of a regular file: its size and contents.
+    Contents { size: u64, crc: u32 },
+    /// A sync the inode was not changed during: everything of it but its times.
+    Inode(Arc<InodeState>),
+}
+
+/// What a sync promises of an inode: all it shows but its times and its block count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InodeState {
+    kind: FileKind,
+    perm: u16,
+    uid: u32,
+    gid: u32,
+    nlink: u32,
+    rdev: u32,
+    /// Regular files and symlinks (a directory's size depends on its layout: not promised).
+    size: Option<u64>,
+    /// crc32c of a regular file's contents.
+    crc: Option<u32>,
+    /// A symlink's target.
+    target: Option<Vec<u8>>,
+    /// A directory's entries (but `.` and `..`): name → inode.
+    entries: Option<std::collections::BTreeMap<Vec<u8>, u64>>,
+    /// Extended attributes (ACLs included): name → value.
+    xattrs: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl InodeState {
+    /// Reads `ino` on a mounted file system.
+    fn read(fs: &Fs, ino: u64) -> Result<InodeState, String> {
+        let a = fs.getattr(ino).map_err(|e| format!("inode gone: {e}"))?;
+        let mut xattrs = std::collections::BTreeMap::new();
+        for name in fs.listxattr(ino).map_err(|e| format!("listxattr: {e}"))? {
+            let v = fs
+                .getxattr(ino, &name)
+                .map_err(|e| format!("getxattr {}: {e}", String::from_utf8_lossy(&name)))?;
+            xattrs.insert(name, v);
+        }
+        let mut st = InodeState {
+            kind: a.kind,
+            perm: a.perm,
+            uid: a.uid,
+            gid: a.gid,
+            nlink: a.nlink,
+            rdev: a.rdev,
+            size: None,
+            crc: None,
+            target: None,
+            entries: None,
+            xattrs,
+        };
+        match a.kind {
+            FileKind::Regular => {
+                st.size = Some(a.size);
+                st.crc = Some(file_crc(fs, ino, a.size)?);
+            }
+            FileKind::Symlink => {
+                st.size = Some(a.size);
+                st.target = Some(fs.readlink(ino).map_err(|e| format!("readlink: {e}"))?);
+            }
+            FileKind::Directory => {
+                let list = fs
+                    .readdir(ino, 0, usize::MAX)
+                    .map_err(|e| format!("readdir: {e}"))?;
+                st.entries = Some(
+                    list.into_iter()
+                        .filter(|e| e.name != b"." && e.name != b"..")
+                        .map(|e| (e.name, e.ino))
+                        .collect(),
+                );
+            }
+            _ => {}
+        }
+        Ok(st)
+    }
+
+    /// How `got` differs from this promise, in words (empty: it does not).
+    fn differences(&self, got: &InodeState) -> Vec<String> {
+        let mut d = Vec::new();
+        if self.kind != got.kind {
+            d.push(format!("kind {:?} (promised {:?})", got.kind, self.kind));
+            return d;
+        }
+        if got.perm != self.perm {
+            d.push(format!("mode {:#o} (promised {:#o})", got.perm, self.perm));
+        }
+        let mut num = |what: &str, have: u32, want: u32| {
+            if have != want {
+                d.push(format!("{what} {have} (promised {want})"));
+            }
+        };
+        num("uid", got.uid, self.uid);
+        num("gid", got.gid, self.gid);
+        num("links", got.nlink, self.nlink);
+        num("rdev", got.rdev, self.rdev);
+        if got.size != self.size {
+            d.push(format!("size {:?} (promised {:?})", got.size, self.size));
+        } else if got.crc != self.crc {
+            d.push(format!(
+                "contents differ (crc32c {:#010x?}, promised {:#010x?})",
+                got.crc, self.crc
+            ));
+        }
+        if got.target != self.target {
+            d.push("symlink target differs".to_string());
+        }
+        if let (Some(want), Some(have)) = (&self.entries, &got.entries) {
+            let show = |n: &Vec<u8>| String::from_utf8_lossy(n).into_owned();
+            let missing: Vec<String> = want
+                .iter()
+                .filter(|(n, i)| have.get(*n) != Some(i))
+                .map(|(n, i)| format!("{} -> {i}", show(n)))
+                .collect();
+            let extra: Vec<String> = have
+                .iter()
+                .filter(|(n, i)| want.get(*n) != Some(i))
+                .map(|(n, i)| format!("{} -> {i}", show(n)))
+                .collect();
+            if !missing.is_empty() || !extra.is_empty() {
+                d.push(format!(
+                    "entries differ (missing {missing:?}, not promised {extra:?})"
+                ));
+            }
+        }
+        if got.xattrs != self.xattrs {
+            let names = |m: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>| {
+                m.keys()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .collect::<Vec<_>>()
+            };
+            d.push(format!(
+                "extended attributes differ ({:?}, promised {:?})",
+                names(&got.xattrs),
+                names(&self.xattrs)
+            ));
+        }
+        d
+    }
 }
 
 /// A state to check: (index into the interval's writes, bytes of it that land), in order.
@@ -151,44 +293,35 @@ impl Plan {
     }
 }
 
-/// The promises of the sync `(start, end)`: every linked regular file of `image` (the durable
-/// image of the last flush before `end`, which holds every change made before `start`) that
-/// no `Mutated` record shows changed between `start` and `end` holds, from `end` until its
-/// next change, what it holds in `image`. An image that does not mount gives none (its flush
-/// point is checked, and reported, as every state).
+/// The promises of the sync `(start, end)` (also what a directory fsync promises: moafs
+/// answers one with a sync): every inode reachable in `image` (the durable image of the last
+/// flush before `end`, which holds every change made before `start`) that no `Mutated`
+/// record shows changed between `start` and `end` holds, from `end` until its next change,
+/// what it holds in `image` — a file its contents, every inode its mode, owner, link count
+/// and extended attributes, a directory its entries, a symlink its target. An image that
+/// does not mount gives none (its flush point is checked, and reported, as every state).
 fn sync_promises(plan: &Plan, image: &Arc<Vec<u8>>, start: usize, end: usize) -> Vec<Promise> {
     let dev = Arc::new(CowDevice::new(image.clone()));
     let Ok(fs) = Fs::mount(dev as Arc<dyn BlockDevice>, MountOptions::default()) else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    let mut dirs = vec![crate::fs::ROOT_INO];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = fs.readdir(dir, 0, usize::MAX) else {
+    let mut seen = HashSet::from([crate::fs::ROOT_INO]);
+    let mut todo = vec![crate::fs::ROOT_INO];
+    while let Some(ino) = todo.pop() {
+        let Ok(st) = InodeState::read(&fs, ino) else {
             continue;
         };
-        for e in entries {
-            if e.name == b"." || e.name == b".." || !seen.insert(e.ino) {
-                continue;
-            }
-            let Ok(a) = fs.getattr(e.ino) else { continue };
-            match a.kind {
-                FileKind::Directory => dirs.push(e.ino),
-                FileKind::Regular if a.nlink > 0 && !plan.mutated_between(e.ino, start, end) => {
-                    if let Ok(crc) = file_crc(&fs, e.ino, a.size) {
-                        out.push(Promise {
-                            by_sync: true,
-                            ino: e.ino,
-                            size: a.size,
-                            crc,
-                            start: end,
-                            end: plan.next_mutation(e.ino, end),
-                        });
-                    }
-                }
-                _ => {}
-            }
+        if let Some(entries) = &st.entries {
+            todo.extend(entries.values().filter(|&&i| seen.insert(i)));
+        }
+        if st.nlink > 0 && !plan.mutated_between(ino, start, end) {
+            out.push(Promise {
+                ino,
+                what: Promised::Inode(Arc::new(st)),
+                start: end,
+                end: plan.next_mutation(ino, end),
+            });
         }
     }
     let _ = fs.unmount();
@@ -228,7 +361,7 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
         end: 0,
         writes: Vec::new(),
     }];
-    let mut promises = Vec::new();
+    let mut promises: Vec<Promise> = Vec::new();
     let mut alive: HashMap<u64, usize> = HashMap::new();
     let mut mutations: HashMap<u64, Vec<usize>> = HashMap::new();
     let mut sync_starts = std::collections::VecDeque::new();
@@ -265,27 +398,22 @@ fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
             LogRecord::Fsynced { ino, size, crc } => {
                 report.promises += 1;
                 if let Some(p) = alive.remove(ino) {
-                    promises[p] = Promise {
-                        end: i,
-                        ..promises[p]
-                    };
+                    promises[p].end = i;
                 }
                 alive.insert(*ino, promises.len());
                 promises.push(Promise {
-                    by_sync: false,
                     ino: *ino,
-                    size: *size,
-                    crc: *crc,
+                    what: Promised::Contents {
+                        size: *size,
+                        crc: *crc,
+                    },
                     start: i,
                     end: usize::MAX,
                 });
             }
             LogRecord::Mutated { ino } => {
                 if let Some(p) = alive.remove(ino) {
-                    promises[p] = Promise {
-                        end: i,
-                        ..promises[p]
-                    };
+                    promises[p].end = i;
                 }
                 mutations.entry(*ino).or_default().push(i);
             }
@@ -432,7 +560,10 @@ fn check_state(dev: Arc<CowDevice>, promises: &[Promise]) -> (Vec<String>, u64, 
         if let Err(e) = check_promise(&fs, p) {
             out.push(format!(
                 "{} promise of inode {} (log record {}): {e}",
-                if p.by_sync { "sync" } else { "fsync" },
+                match p.what {
+                    Promised::Contents { .. } => "fsync",
+                    Promised::Inode(_) => "sync",
+                },
                 p.ino,
                 p.start
             ));
@@ -457,6 +588,17 @@ fn check_state(dev: Arc<CowDevice>, promises: &[Promise]) -> (Vec<String>, u64, 
 }
 
 fn check_promise(fs: &Fs, p: &Promise) -> Result<(), String> {
+    let (size, crc) = match &p.what {
+        Promised::Contents { size, crc } => (*size, *crc),
+        Promised::Inode(want) => {
+            let d = want.differences(&InodeState::read(fs, p.ino)?);
+            return if d.is_empty() {
+                Ok(())
+            } else {
+                Err(d.join(", "))
+            };
+        }
+    };
     let a = fs.getattr(p.ino).map_err(|e| format!("inode gone: {e}"))?;
     if a.kind != FileKind::Regular || a.nlink == 0 {
         return Err(format!(
@@ -464,14 +606,13 @@ fn check_promise(fs: &Fs, p: &Promise) -> Result<(), String> {
             a.kind, a.nlink
         ));
     }
-    if a.size != p.size {
-        return Err(format!("size {} (promised {})", a.size, p.size));
+    if a.size != size {
+        return Err(format!("size {} (promised {size})", a.size));
     }
-    let crc = file_crc(fs, p.ino, a.size)?;
-    if crc != p.crc {
+    let got = file_crc(fs, p.ino, a.size)?;
+    if got != crc {
         return Err(format!(
-            "contents differ (crc32c {crc:#010x}, promised {:#010x}; size {})",
-            p.crc, p.size
+            "contents differ (crc32c {got:#010x}, promised {crc:#010x}; size {size})"
         ));
     }
     Ok(())
@@ -621,7 +762,7 @@ fn run_interval(
         let due: Vec<Promise> = promises
             .iter()
             .filter(|p| p.start < iv.end && p.end > job.from)
-            .copied()
+            .cloned()
             .collect();
         let (bad, n, orphans) = check_state(dev, &due);
         checks.fetch_add(n, Ordering::Relaxed);
@@ -824,6 +965,120 @@ mod tests {
             flushes.len()
         );
         assert!(moved >= 1, "{moved} of {swaps}");
+    }
+
+    /// Records an in-process run of metadata changes, each group followed by a sync (what a
+    /// directory fsync does): directories, modes, owners, links, symlinks, a fifo, extended
+    /// attributes, renames of files and directories, removals.
+    fn recorded_metadata() -> WriteLog {
+        use crate::fs::{RenameFlags, SetAttr, XattrFlags};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rec, fs, path) = recording(&dir);
+        let who = crate::fs::Caller::ROOT;
+        let chmod = |mode| SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        let d = fs.mkdir(ROOT_INO, b"d", 0o755, who).expect("mkdir");
+        let e = fs.mkdir(d.ino, b"e", 0o700, who).expect("mkdir e");
+        let f = fs.create(e.ino, b"f", 0o644, who).expect("create");
+        fs.write(f.ino, 0, &[3; 7000]).expect("write");
+        fs.symlink(d.ino, b"s", b"e/f", who).expect("symlink");
+        fs.mknod(d.ino, b"p", libc::S_IFIFO | 0o600, 0, who)
+            .expect("mknod");
+        fs.setxattr(f.ino, b"user.k", b"v1", XattrFlags::default())
+            .expect("setxattr");
+        fs.sync().expect("sync");
+        for round in 0..6u32 {
+            fs.setattr(f.ino, &chmod(0o600 + round)).expect("chmod");
+            fs.setattr(
+                e.ino,
+                &SetAttr {
+                    uid: Some(1000 + round),
+                    gid: Some(2000 + round),
+                    ..Default::default()
+                },
+            )
+            .expect("chown");
+            fs.setxattr(
+                d.ino,
+                b"user.round",
+                &[round as u8; 40],
+                XattrFlags::default(),
+            )
+            .expect("setxattr");
+            let name = format!("l{round}");
+            fs.link(f.ino, ROOT_INO, name.as_bytes()).expect("link");
+            fs.sync().expect("sync");
+            fs.mkdir(d.ino, b"sub", 0o755, who).expect("mkdir sub");
+            fs.rename(d.ino, b"sub", e.ino, b"moved", RenameFlags::default())
+                .expect("rename dir");
+            fs.rmdir(e.ino, b"moved").expect("rmdir");
+            fs.rename(
+                ROOT_INO,
+                name.as_bytes(),
+                d.ino,
+                b"last",
+                RenameFlags::default(),
+            )
+            .expect("rename over");
+            fs.removexattr(f.ino, b"user.k").ok();
+            fs.sync().expect("sync");
+        }
+        fs.unmount().expect("unmount");
+        drop(fs);
+        drop(rec);
+        WriteLog::read_file(&path).expect("read log")
+    }
+
+    #[test]
+    fn record_crashcheck_holds_syncs_to_names_modes_links_and_xattrs() {
+        let log = recorded_metadata();
+        let r = crashcheck(&log, &opts(300), |_| {}).expect("check");
+        assert!(r.findings.is_empty(), "{:#?}", r.findings);
+        // every sync promises the whole tree that did not change during it
+        assert!(r.sync_promises >= 13 * 5, "{r:?}");
+        // Each kind of change hidden from the checker (its Mutated records dropped) breaks
+        // a promise of the sync before it: the check reads what it promised.
+        for (what, ino_of) in [
+            ("mode", "f"),
+            ("uid", "e"),
+            ("extended attributes differ", "d"),
+            ("links", "f"),
+            ("entries differ", "d"),
+        ] {
+            let ino = inode_of(&log, ino_of);
+            let mut broken = log.clone();
+            broken
+                .records
+                .retain(|r| !matches!(r, LogRecord::Mutated { ino: i } if *i == ino));
+            let r = crashcheck(&broken, &opts(100), |_| {}).expect("check");
+            assert!(
+                r.findings.iter().any(|f| f.what.contains(what)),
+                "{what} of {ino_of}: {:#?}",
+                r.findings
+            );
+        }
+    }
+
+    /// The inode of `d`, `d/e` or `d/e/f` in `log`'s final image (mounted read-only).
+    fn inode_of(log: &WriteLog, name: &str) -> u64 {
+        let mut img = vec![0u8; log.device_bytes as usize];
+        for r in &log.records {
+            if let LogRecord::Base { offset, data } | LogRecord::Write { offset, data } = r {
+                img[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
+            }
+        }
+        let dev = Arc::new(CowDevice::new(Arc::new(img)));
+        let fs = Fs::mount(dev as Arc<dyn BlockDevice>, MountOptions::default()).expect("mount");
+        let mut ino = ROOT_INO;
+        for part in ["d", "e", "f"] {
+            ino = fs.lookup(ino, part.as_bytes()).expect("lookup").ino;
+            if part == name {
+                break;
+            }
+        }
+        ino
     }
 
     #[test]

@@ -21,9 +21,10 @@
 //! Fsync promises. The log also carries what each successful `fsync` of a regular file promised
 //! (docs/FORMAT.md, "Write log"): the engine calls [`BlockDevice::note`] with
 //! [`Note::FsyncStart`] under its lock before the fsync, reads the file after the fsync
-//! returned and notes [`Note::Fsynced`] (size and crc32c of the contents); every change of a
-//! file's contents or size, and every unlink or rename over it, notes [`Note::Mutated`] under the
-//! engine lock in the same critical section as the change. The device logs an `Fsynced` only
+//! returned and notes [`Note::Fsynced`] (size and crc32c of the contents); every change of an
+//! inode but its times — contents, size, names, links, mode, owner, extended attributes, a
+//! directory's entries — notes [`Note::Mutated`] under the engine lock in the same critical
+//! section as the change (sync promises cover all of these). The device logs an `Fsynced` only
 //! when no `Mutated` of that inode came between the start and the end: then the contents read
 //! are the contents at the fsync's start, which is what it made durable. A promise is in force
 //! from its record until the inode's next `Mutated` record; the checker demands it of every

@@ -567,8 +567,8 @@ impl Fs {
         self.mutate_warm(need, |g| {
             if set.size.is_some() {
                 g.symlink_data_refused(ino)?;
-                g.note_mutated(ino);
             }
+            g.note_mutated(ino);
             g.setattr(ino, set)
         })
     }
@@ -584,28 +584,40 @@ impl Fs {
         self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
-            |g| g.make(parent, name, mode, rdev, who, None),
+            |g| {
+                g.note_mutated(parent);
+                g.make(parent, name, mode, rdev, who, None)
+            },
         )
     }
     pub fn create(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
         self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
-            |g| g.make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None),
+            |g| {
+                g.note_mutated(parent);
+                g.make(parent, name, libc::S_IFREG | (perm & 0o7777), 0, who, None)
+            },
         )
     }
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
         self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
-            |g| g.make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None),
+            |g| {
+                g.note_mutated(parent);
+                g.make(parent, name, libc::S_IFDIR | (perm & 0o7777), 0, who, None)
+            },
         )
     }
     pub fn symlink(&self, parent: Ino, name: &[u8], target: &[u8], who: Caller) -> FsResult<Attr> {
         self.live()?;
         self.mutate_warm(
             |g| g.warm_dir(parent),
-            |g| g.make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target)),
+            |g| {
+                g.note_mutated(parent);
+                g.make(parent, name, libc::S_IFLNK | 0o777, 0, who, Some(target))
+            },
         )
     }
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
@@ -615,13 +627,16 @@ impl Fs {
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
         self.live()?;
         let mut g = self.warm(|g| g.warm_victim(parent, name));
+        g.note_mutated(parent);
         g.note_victim(parent, name);
         g.remove(parent, name, false)
     }
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
         self.live()?;
-        self.warm(|g| g.warm_victim(parent, name))
-            .remove(parent, name, true)
+        let mut g = self.warm(|g| g.warm_victim(parent, name));
+        g.note_mutated(parent);
+        g.note_victim(parent, name);
+        g.remove(parent, name, true)
     }
     pub fn rename(
         &self,
@@ -639,7 +654,7 @@ impl Fs {
             g.warm_victim(newparent, newname);
         };
         self.mutate_warm(need, |g| {
-            g.note_victim(newparent, newname);
+            g.note_rename(parent, name, newparent, newname);
             g.rename(parent, name, newparent, newname, flags)
         })
     }
@@ -674,7 +689,7 @@ impl Fs {
             noreplace,
             exchange: false,
         };
-        g.note_victim(newparent, newname);
+        g.note_rename(parent, name, newparent, newname);
         g.rename(parent, name, newparent, newname, flags)?;
         let who = Caller { umask: 0, ..who };
         let w = g.make(parent, name, libc::S_IFCHR, 0, who, None)?;
@@ -690,7 +705,11 @@ impl Fs {
             g.warm_inode(ino);
             g.warm_dir(newparent);
         };
-        self.mutate_warm(need, |g| g.link(ino, newparent, newname))
+        self.mutate_warm(need, |g| {
+            g.note_mutated(ino);
+            g.note_mutated(newparent);
+            g.link(ino, newparent, newname)
+        })
     }
     /// Notes an open file handle (an unlinked inode lives until its last close).
     pub fn open(&self, ino: Ino) -> FsResult<Attr> {
@@ -958,7 +977,9 @@ impl Fs {
     /// mode changed.
     pub fn kill_suid(&self, ino: Ino, who: Option<&[u32]>) -> FsResult<bool> {
         self.live()?;
-        self.warm(|g| g.warm_inode(ino)).kill_suid(ino, who)
+        let mut g = self.warm(|g| g.warm_inode(ino));
+        g.note_mutated(ino);
+        g.kill_suid(ino, who)
     }
     pub fn statfs(&self) -> StatFs {
         self.lock().statfs()
@@ -1002,7 +1023,10 @@ impl Fs {
         self.live()?;
         self.mutate_warm(
             |g| g.warm_xattrs(ino),
-            |g| g.setxattr(ino, name, value, flags),
+            |g| {
+                g.note_mutated(ino);
+                g.setxattr(ino, name, value, flags)
+            },
         )
     }
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
@@ -1015,7 +1039,9 @@ impl Fs {
     }
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
         self.live()?;
-        self.warm(|g| g.warm_xattrs(ino)).removexattr(ino, name)
+        let mut g = self.warm(|g| g.warm_xattrs(ino));
+        g.note_mutated(ino);
+        g.removexattr(ino, name)
     }
     /// Checks `mask` (R_OK=4, W_OK=2, X_OK=1, F_OK=0) for `who`.
     pub fn access(&self, ino: Ino, mask: u32, who: Caller) -> FsResult<()> {

@@ -17,20 +17,33 @@ use crate::error::FsResult;
 const CHUNK_BYTES: u32 = 1 << 20;
 
 impl Inner {
-    /// Notes that `ino`'s contents, size or names change (call under the engine lock, with
-    /// the change).
+    /// Notes that `ino` changes (contents, size, names, links, mode, owner, extended
+    /// attributes, or for a directory its entries; call under the engine lock, with the
+    /// change). Times are not promised and need no note.
     pub(crate) fn note_mutated(&self, ino: u64) {
         if self.dev.records() {
             self.dev.note(Note::Mutated { ino });
         }
     }
 
-    /// Notes that the entry `name` of `parent`, if any, loses this name (unlink, rename over).
+    /// Notes that the entry `name` of `parent`, if any, loses this name (unlink, rmdir,
+    /// rename over or away).
     pub(crate) fn note_victim(&mut self, parent: u64, name: &[u8]) {
         if self.dev.records() {
             if let Ok(ino) = self.lookup_name(parent, name) {
                 self.note_mutated(ino);
             }
+        }
+    }
+
+    /// Notes what a rename changes: both directories, the inode moved (its name, and its
+    /// `..` if a directory) and the one it replaces or exchanges with.
+    pub(crate) fn note_rename(&mut self, parent: u64, name: &[u8], newparent: u64, newname: &[u8]) {
+        if self.dev.records() {
+            self.note_mutated(parent);
+            self.note_mutated(newparent);
+            self.note_victim(parent, name);
+            self.note_victim(newparent, newname);
         }
     }
 }
