@@ -1018,3 +1018,40 @@ fn sparse_writes_near_full_never_fail_a_commit() {
     fs.unmount().unwrap();
     fsck_clean(&dev);
 }
+
+/// `norecovery` (with `ro`): the image as it lies — a transaction committed but not yet
+/// written home is not shown, and nothing is written; `ro` alone shows it (replayed through
+/// an overlay), and a read-write mount replays it for good.
+#[test]
+fn norecovery_shows_the_image_as_it_lies_and_writes_nothing() {
+    use moafs_core::fs::{MountOptions, ShutdownFlush};
+    let dev = new_dev(32 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"committed", 0o644, ME).unwrap();
+    fs.write(f.ino, 0, b"in the journal").unwrap();
+    // durable in the journal, then down as in a power cut: the checkpoint never ran
+    fs.shutdown(ShutdownFlush::All).unwrap();
+    drop(fs);
+    let ro = |no_recovery| MountOptions {
+        read_only: true,
+        no_recovery,
+        ..MountOptions::default()
+    };
+    let before = dev.counters().writes;
+    let raw = mount_with(&dev, ro(true));
+    assert!(matches!(
+        raw.lookup(ROOT_INO, b"committed"),
+        Err(FsError::NotFound)
+    ));
+    drop(raw);
+    let replayed = mount_with(&dev, ro(false));
+    let ino = replayed.lookup(ROOT_INO, b"committed").unwrap().ino;
+    assert_eq!(replayed.read(ino, 0, 100).unwrap(), b"in the journal");
+    drop(replayed);
+    assert_eq!(dev.counters().writes, before, "a read-only mount wrote");
+    let fs = mount(&dev);
+    assert!(fs.lookup(ROOT_INO, b"committed").is_ok());
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+}

@@ -8,6 +8,10 @@
 //!   passed (`process_vm_readv`, which a root daemon may do). Root only, as ext4 and XFS
 //!   require CAP_SYS_ADMIN (FUSE passes no capabilities: uid 0 stands for it).
 //!
+//! * `FITRIM` (`_IOWR('X', 121, struct fstrim_range)`, what `fstrim` sends): discards the
+//!   free blocks of a byte range (`Fs::trim`); the kernel copies the 24-byte range in and
+//!   back out, its `len` then the bytes discarded. Root only (CAP_SYS_ADMIN in ext4).
+//!
 //! Any other command: ENOTTY, as a file system without it answers.
 
 use moafs_core::fs::ShutdownFlush;
@@ -18,6 +22,9 @@ use std::io::IoSliceMut;
 /// `FS_IOC_SHUTDOWN` / `XFS_IOC_GOINGDOWN`.
 pub(crate) const SHUTDOWN: u32 = 0x8004_587d;
 
+/// `FITRIM`.
+pub(crate) const FITRIM: u32 = 0xc018_5879;
+
 /// A command moafs answers, decoded.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ioctl {
@@ -27,13 +34,16 @@ pub(crate) enum Ioctl {
         flush: Option<ShutdownFlush>,
         word: [u8; 4],
     },
+    /// Discard the free blocks of bytes `[start, start + len)` in free runs of at least
+    /// `min_len` bytes.
+    Trim { start: u64, len: u64, min_len: u64 },
     /// A command moafs does not have.
     Unknown,
 }
 
-/// Decodes `cmd` from caller `pid` whose argument is `arg`. An argument that cannot be read
-/// is an error (EFAULT).
-pub(crate) fn decode(cmd: u32, pid: u32, arg: u64) -> Result<Ioctl, i32> {
+/// Decodes `cmd` from caller `pid` whose argument is `arg` (`in_data`: what the kernel
+/// copied in). An argument that cannot be read is an error (EFAULT).
+pub(crate) fn decode(cmd: u32, pid: u32, arg: u64, in_data: &[u8]) -> Result<Ioctl, i32> {
     match cmd {
         SHUTDOWN => {
             let word = read_caller(pid, arg)?;
@@ -42,8 +52,31 @@ pub(crate) fn decode(cmd: u32, pid: u32, arg: u64) -> Result<Ioctl, i32> {
                 word,
             })
         }
+        FITRIM => {
+            let word = |i: usize| {
+                in_data
+                    .get(i * 8..i * 8 + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_ne_bytes)
+                    .ok_or(libc::EFAULT)
+            };
+            Ok(Ioctl::Trim {
+                start: word(0)?,
+                len: word(1)?,
+                min_len: word(2)?,
+            })
+        }
         _ => Ok(Ioctl::Unknown),
     }
+}
+
+/// The `struct fstrim_range` FITRIM hands back: `len` now the bytes discarded.
+pub(crate) fn trim_reply(start: u64, trimmed: u64, min_len: u64) -> [u8; 24] {
+    let mut out = [0u8; 24];
+    out[..8].copy_from_slice(&start.to_ne_bytes());
+    out[8..16].copy_from_slice(&trimmed.to_ne_bytes());
+    out[16..].copy_from_slice(&min_len.to_ne_bytes());
+    out
 }
 
 /// Four bytes at `addr` in the memory of process (thread) `pid`.
@@ -82,13 +115,30 @@ mod tests {
             (7, None),
         ] {
             let word = flags.to_ne_bytes();
-            let got = decode(SHUTDOWN, std::process::id(), word.as_ptr() as u64).unwrap();
+            let got = decode(SHUTDOWN, std::process::id(), word.as_ptr() as u64, &[]).unwrap();
             assert_eq!(got, Ioctl::Shutdown { flush: want, word });
         }
         assert_eq!(
-            decode(0x1234, std::process::id(), 0).unwrap(),
+            decode(0x1234, std::process::id(), 0, &[]).unwrap(),
             Ioctl::Unknown
         );
-        assert_eq!(decode(SHUTDOWN, std::process::id(), 8), Err(libc::EFAULT));
+        assert_eq!(
+            decode(SHUTDOWN, std::process::id(), 8, &[]),
+            Err(libc::EFAULT)
+        );
+    }
+
+    #[test]
+    fn trim_range_is_read_from_the_copied_argument() {
+        let range = trim_reply(4096, u64::MAX, 65536);
+        assert_eq!(
+            decode(FITRIM, 0, 0, &range),
+            Ok(Ioctl::Trim {
+                start: 4096,
+                len: u64::MAX,
+                min_len: 65536
+            })
+        );
+        assert_eq!(decode(FITRIM, 0, 0, &range[..16]), Err(libc::EFAULT));
     }
 }

@@ -1026,12 +1026,12 @@ impl Filesystem for MoafsFuse {
         _flags: fuser::IoctlFlags,
         cmd: u32,
         arg: u64,
-        _in_data: &[u8],
+        in_data: &[u8],
         out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
         self.transport.note();
-        match ioctl::decode(cmd, req.pid(), arg) {
+        match ioctl::decode(cmd, req.pid(), arg, in_data) {
             Err(e) => reply.error(Errno::from_i32(e)),
             Ok(ioctl::Ioctl::Unknown) => reply.error(Errno::from_i32(libc::ENOTTY)),
             Ok(ioctl::Ioctl::Shutdown { flush, word }) => {
@@ -1044,6 +1044,22 @@ impl Filesystem for MoafsFuse {
                 match self.fs.shutdown(flush) {
                     // the kernel copies `out_size` bytes back: the caller's word unchanged
                     Ok(()) => reply.ioctl(0, &word[..(out_size as usize).min(word.len())]),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }
+            Ok(ioctl::Ioctl::Trim {
+                start,
+                len,
+                min_len,
+            }) => {
+                if req.uid() != 0 {
+                    return reply.error(Errno::EPERM);
+                }
+                match self.fs.trim(start, len, min_len) {
+                    Ok(n) => {
+                        let out = ioctl::trim_reply(start, n, min_len);
+                        reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
+                    }
                     Err(e) => reply.error(errno(&e)),
                 }
             }

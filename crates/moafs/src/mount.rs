@@ -225,6 +225,8 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                 p.engine.read_only = false;
                 p.fuse.read_only = false;
             }
+            // ext4's and XFS's name for a read-only look at the image as it lies
+            "norecovery" | "noload" if v.is_none() => p.engine.no_recovery = true,
             "remount" | "bind" if v.is_none() => p.remount = true,
             _ if v.is_none() && moafs_fuse::is_vfs_option(k) => {
                 let vfs = &mut p.fuse.vfs_options;
@@ -304,6 +306,13 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
     }
     if p.record.is_some() && p.engine.read_only {
         return Err("record= records writes: not with ro".into());
+    }
+    if p.engine.no_recovery && !p.engine.read_only {
+        return Err(
+            "norecovery mounts without replaying the journal: only with ro (a write would \
+             build on metadata the journal replaces)"
+                .into(),
+        );
     }
     Ok(p)
 }
@@ -689,6 +698,10 @@ mod tests {
             p.fuse.writeback_cache && p.engine.kernel_times,
             "the default"
         );
+        let nr = parse_mount_options(&["ro,norecovery".into()]).unwrap();
+        assert!(nr.engine.no_recovery && nr.engine.read_only);
+        let e = parse_mount_options(&["norecovery".into()]).unwrap_err();
+        assert!(e.contains("only with ro"), "{e}");
         let wt = parse_mount_options(&["writeback_cache=off".into()]).unwrap();
         assert!(!wt.fuse.writeback_cache && !wt.engine.kernel_times);
         assert!(parse_mount_options(&["writeback_cache=maybe".into()]).is_err());

@@ -1417,3 +1417,65 @@ fn sync_reaches_a_block_device_mount() {
     let (code, out) = fsck(Path::new(&dev.0));
     assert_eq!(code, 0, "{out}");
 }
+
+/// Bytes of `path` the file system holding it has allocated (a sparse image's real size).
+fn allocated(path: &Path) -> u64 {
+    fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// `fstrim` (FITRIM) discards the free blocks: on a block device (BLKDISCARD; a loop device
+/// punches them out of its file) and on an image file (a hole punched), so a deleted file's
+/// blocks leave the image; what is kept reads back and fsck is clean. Bad ranges: EINVAL.
+#[test]
+fn fstrim_discards_free_blocks_on_block_devices_and_images() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let file_img = tmp.path().join("file.img");
+    let mnt = tmp.path().join("mnt");
+    let dev = Loop::over(&img, 128 << 20);
+    fs::File::create(&file_img)
+        .unwrap()
+        .set_len(128 << 20)
+        .unwrap();
+    for (target, backing) in [(dev.0.as_str(), &img), (p(&file_img), &file_img)] {
+        let out = moafs(&["mkfs", target]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let m = Mounted::new(Path::new(target), &mnt, "");
+        let keep: Vec<u8> = (0..(2 << 20)).map(|i: u32| (i % 251) as u8).collect();
+        fs::write(mnt.join("keep"), &keep).unwrap();
+        let big: Vec<u8> = (0..(40 << 20)).map(|i: u32| (i % 253) as u8).collect();
+        fs::write(mnt.join("big"), &big).unwrap();
+        // a directory fsync commits everything
+        fs::File::open(&mnt).unwrap().sync_all().unwrap();
+        let full = allocated(backing);
+        assert!(full >= 40 << 20, "{target}: {full}");
+        fs::remove_file(mnt.join("big")).unwrap();
+        let out = Command::new("fstrim").arg("-v").arg(&mnt).output().unwrap();
+        assert!(out.status.success(), "{target}: {}", text(&out.stderr));
+        let said = text(&out.stdout);
+        let after = allocated(backing);
+        assert!(
+            after + (36 << 20) <= full,
+            "{target}: {full} bytes allocated before, {after} after fstrim ({said})"
+        );
+        for bad in [&["-o", "1G"][..], &["-l", "100"][..]] {
+            let out = Command::new("fstrim").args(bad).arg(&mnt).output().unwrap();
+            assert!(!out.status.success(), "{target}: fstrim {bad:?}");
+            assert!(
+                text(&out.stderr).contains("Invalid argument"),
+                "{target}: {}",
+                text(&out.stderr)
+            );
+        }
+        assert_eq!(fs::read(mnt.join("keep")).unwrap(), keep);
+        m.unmount();
+        let (code, out) = fsck(Path::new(target));
+        assert_eq!(code, 0, "{target}: {out}");
+        let m = Mounted::new(Path::new(target), &mnt, "");
+        assert_eq!(fs::read(mnt.join("keep")).unwrap(), keep);
+        m.unmount();
+    }
+}

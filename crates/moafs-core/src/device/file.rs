@@ -98,6 +98,9 @@ fn logical_block_size(meta: &std::fs::Metadata) -> Option<usize> {
     (n.is_power_of_two() && (512..=DIRECT_ALIGN).contains(&n)).then_some(n)
 }
 
+// BLKDISCARD (`_IO(0x12, 119)` in linux/fs.h): discard bytes `[range[0], range[0] + range[1])`.
+nix::ioctl_write_ptr_bad!(blk_discard, nix::request_code_none!(0x12, 119), [u64; 2]);
+
 fn io_err(offset: u64, len: u64, source: io::Error) -> DeviceError {
     DeviceError::Io {
         offset,
@@ -388,7 +391,16 @@ impl BlockDevice for FileDevice {
     fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
         check_range(offset, len, self.size_bytes)?;
         self.check_writable(offset, len)?;
-        if !self.is_block_device && len > 0 {
+        if self.is_block_device && len > 0 {
+            let range = [offset, len];
+            // SAFETY: the descriptor is this device's, open for as long as `self`; BLKDISCARD
+            // reads the two u64s of `range` (offset and length in bytes) during the call only.
+            match unsafe { blk_discard(self.file().as_raw_fd(), &range) } {
+                // a device without discard (or one that refuses this alignment) forgets nothing
+                Ok(_) | Err(Errno::EOPNOTSUPP) | Err(Errno::EINVAL) => {}
+                Err(e) => return Err(io_err(offset, len, e.into())),
+            }
+        } else if len > 0 {
             let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
             // check_range bounds both by the file size, which fits in off_t.
             match fallocate(self.file().as_raw_fd(), flags, offset as i64, len as i64) {

@@ -35,6 +35,7 @@ mod ops;
 mod promise;
 mod readahead;
 mod shutdown;
+mod trim;
 pub use readahead::{Readahead, ReadaheadPolicy};
 pub use shutdown::ShutdownFlush;
 
@@ -216,7 +217,14 @@ impl Fs {
         let mut sb = read_superblock(dev.as_ref())?;
         let mut last_seq = sb.journal_seq;
         let nvm = tier.as_ref().map(|t| t.0.as_ref());
-        if sb.state != STATE_CLEAN && sb.has_journal() {
+        let recover = !(opts.read_only && opts.no_recovery);
+        if sb.state != STATE_CLEAN && sb.has_journal() && !recover {
+            log::warn!(
+                "mounted without replaying the journal (norecovery): changes committed since \
+                 the last checkpoint are not shown"
+            );
+        }
+        if sb.state != STATE_CLEAN && sb.has_journal() && recover {
             let r = if opts.read_only {
                 // Nothing may be written: mount the replayed view through an overlay.
                 journal::plan_replay_with(dev.as_ref(), &sb, nvm)?

@@ -247,6 +247,10 @@ pub struct MountOptions {
     /// journal runs short first (`checkpoint.rs`; the kernel's `dirty_expire_centisecs`).
     pub checkpoint_interval_ms: u64,
     pub read_only: bool,
+    /// With `read_only`: mount the image as it lies, without replaying the journal or the
+    /// byte log (ext4's and XFS's `norecovery`): what was committed but not yet checkpointed
+    /// home is not shown.
+    pub no_recovery: bool,
     /// Count references handed out by lookup-like calls (create, mkdir, link, lookup...) and
     /// keep an unlinked inode until `forget` drops them: what the kernel's FUSE protocol needs.
     /// In-process users leave this off and only `open`/`release` keep unlinked inodes alive.
@@ -339,6 +343,7 @@ impl Default for MountOptions {
             checkpoint_interval_ms: 30_000,
             small_commit_blocks: 64,
             read_only: false,
+            no_recovery: false,
             kernel_lookups: false,
             kernel_times: false,
             journal: JournalMode::Ordered,
