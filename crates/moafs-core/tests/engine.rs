@@ -1055,3 +1055,47 @@ fn norecovery_shows_the_image_as_it_lies_and_writes_nothing() {
     drop(fs);
     fsck_clean(&dev);
 }
+
+/// The label online: set, durable at once in the primary and the backup superblocks (a
+/// mount whose primary is destroyed still reads it), refused when too long, with a NUL, or
+/// on a read-only mount.
+#[test]
+fn label_is_set_online_and_reaches_the_backups() {
+    use moafs_core::fs::{read_superblock, MountOptions};
+    use std::sync::Arc;
+    let dev = new_dev(160 << 20); // two groups: a backup superblock in the second
+    let fs = mount(&dev);
+    assert_eq!(fs.label().unwrap(), b"");
+    fs.set_label(b"photos 2026").unwrap();
+    assert_eq!(fs.label().unwrap(), b"photos 2026");
+    let einval = |r: Result<(), FsError>| assert_eq!(r.unwrap_err().to_errno(), libc::EINVAL);
+    einval(fs.set_label(&[b'x'; 33]));
+    einval(fs.set_label(b"a\0b"));
+    fs.set_label(&[b'm'; 32]).unwrap();
+    fs.set_label(b"final").unwrap();
+    // durable when set: the image read as it lies (no unmount) has it
+    let mut image = vec![0u8; 160 << 20];
+    dev.read_at(0, &mut image).unwrap();
+    let snap = Arc::new(moafs_core::device::MemDevice::new(160 << 20));
+    snap.write_at(0, &image).unwrap();
+    let ro = moafs_core::Fs::mount(
+        snap.clone() as Arc<dyn BlockDevice>,
+        MountOptions {
+            read_only: true,
+            ..MountOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(ro.label().unwrap(), b"final");
+    assert_eq!(ro.set_label(b"no").unwrap_err().to_errno(), libc::EROFS);
+    drop(ro);
+    // once written home (checkpoint), the backups carry it too: with the primary damaged (a
+    // byte of its label: its checksum fails) the backup is read, and has the new label
+    fs.checkpoint().unwrap();
+    dev.read_at(0, &mut image).unwrap();
+    image[120] ^= 0xff;
+    snap.write_at(0, &image).unwrap();
+    let sb = read_superblock(snap.as_ref()).unwrap();
+    assert_eq!(&sb.label[..6], b"final\0");
+    fs.unmount().unwrap();
+}

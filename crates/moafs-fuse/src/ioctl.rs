@@ -12,6 +12,10 @@
 //!   free blocks of a byte range (`Fs::trim`); the kernel copies the 24-byte range in and
 //!   back out, its `len` then the bytes discarded. Root only (CAP_SYS_ADMIN in ext4).
 //!
+//! * `FS_IOC_GETFSLABEL` / `FS_IOC_SETFSLABEL` (`_IOR`/`_IOW(0x94, 49/50, char[256])`, what
+//!   `xfs_io -c label` sends): the label (`Fs::label`), NUL-terminated in 256 bytes; setting
+//!   it is root only (CAP_SYS_ADMIN), at most 32 bytes (EINVAL beyond).
+//!
 //! Any other command: ENOTTY, as a file system without it answers.
 
 use moafs_core::fs::ShutdownFlush;
@@ -25,6 +29,13 @@ pub(crate) const SHUTDOWN: u32 = 0x8004_587d;
 /// `FITRIM`.
 pub(crate) const FITRIM: u32 = 0xc018_5879;
 
+/// `FS_IOC_GETFSLABEL`.
+pub(crate) const GETFSLABEL: u32 = 0x8100_9431;
+/// `FS_IOC_SETFSLABEL`.
+pub(crate) const SETFSLABEL: u32 = 0x4100_9432;
+/// `FSLABEL_MAX`: the bytes both label ioctls carry.
+pub(crate) const FSLABEL_MAX: usize = 256;
+
 /// A command moafs answers, decoded.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ioctl {
@@ -37,6 +48,10 @@ pub(crate) enum Ioctl {
     /// Discard the free blocks of bytes `[start, start + len)` in free runs of at least
     /// `min_len` bytes.
     Trim { start: u64, len: u64, min_len: u64 },
+    /// The label, asked.
+    GetLabel,
+    /// The label to set (the bytes before the first NUL).
+    SetLabel(Vec<u8>),
     /// A command moafs does not have.
     Unknown,
 }
@@ -66,8 +81,28 @@ pub(crate) fn decode(cmd: u32, pid: u32, arg: u64, in_data: &[u8]) -> Result<Ioc
                 min_len: word(2)?,
             })
         }
+        GETFSLABEL => Ok(Ioctl::GetLabel),
+        SETFSLABEL => {
+            if in_data.len() < FSLABEL_MAX {
+                return Err(libc::EFAULT);
+            }
+            // a label fills the buffer without its NUL: longer than any file system's
+            let n = in_data[..FSLABEL_MAX]
+                .iter()
+                .position(|&b| b == 0)
+                .ok_or(libc::EINVAL)?;
+            Ok(Ioctl::SetLabel(in_data[..n].to_vec()))
+        }
         _ => Ok(Ioctl::Unknown),
     }
+}
+
+/// What GETFSLABEL hands back: the label, NUL-padded to [`FSLABEL_MAX`] bytes.
+pub(crate) fn label_reply(label: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; FSLABEL_MAX];
+    let n = label.len().min(FSLABEL_MAX - 1);
+    out[..n].copy_from_slice(&label[..n]);
+    out
 }
 
 /// The `struct fstrim_range` FITRIM hands back: `len` now the bytes discarded.
@@ -140,5 +175,19 @@ mod tests {
             })
         );
         assert_eq!(decode(FITRIM, 0, 0, &range[..16]), Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn label_ioctls_carry_a_nul_terminated_label() {
+        assert_eq!(decode(GETFSLABEL, 0, 0, &[]), Ok(Ioctl::GetLabel));
+        let mut buf = label_reply(b"data");
+        assert_eq!(buf.len(), FSLABEL_MAX);
+        assert_eq!(
+            decode(SETFSLABEL, 0, 0, &buf),
+            Ok(Ioctl::SetLabel(b"data".to_vec()))
+        );
+        buf.fill(b'l'); // 256 bytes without a NUL
+        assert_eq!(decode(SETFSLABEL, 0, 0, &buf), Err(libc::EINVAL));
+        assert_eq!(decode(SETFSLABEL, 0, 0, &buf[..10]), Err(libc::EFAULT));
     }
 }

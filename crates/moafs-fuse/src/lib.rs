@@ -1063,6 +1063,22 @@ impl Filesystem for MoafsFuse {
                     Err(e) => reply.error(errno(&e)),
                 }
             }
+            Ok(ioctl::Ioctl::GetLabel) => match self.fs.label() {
+                Ok(l) => {
+                    let out = ioctl::label_reply(&l);
+                    reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
+                }
+                Err(e) => reply.error(errno(&e)),
+            },
+            Ok(ioctl::Ioctl::SetLabel(label)) => {
+                if req.uid() != 0 {
+                    return reply.error(Errno::EPERM);
+                }
+                match self.fs.set_label(&label) {
+                    Ok(()) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }
         }
     }
 

@@ -1479,3 +1479,41 @@ fn fstrim_discards_free_blocks_on_block_devices_and_images() {
         m.unmount();
     }
 }
+
+/// The label ioctls through the kernel (`xfs_io -c label`): read, set (durable: a remount
+/// shows it), cleared, refused beyond 32 bytes.
+#[test]
+fn label_ioctls_through_the_kernel() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let out = moafs(&["mkfs", "--size", "64M", "--label", "first", p(&img)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let label = |args: &str| {
+        Command::new("xfs_io")
+            .args(["-c", args])
+            .arg(&mnt)
+            .output()
+            .unwrap()
+    };
+    let m = Mounted::new(&img, &mnt, "");
+    assert_eq!(text(&label("label").stdout).trim(), "label = \"first\"");
+    assert!(label("label -s second").status.success());
+    let too_long = label(&format!("label -s {}", "l".repeat(33)));
+    assert!(
+        text(&too_long.stderr).contains("Invalid argument"),
+        "{}",
+        text(&too_long.stderr)
+    );
+    m.unmount();
+    let m = Mounted::new(&img, &mnt, "");
+    assert_eq!(text(&label("label").stdout).trim(), "label = \"second\"");
+    assert!(label("label -c").status.success());
+    assert_eq!(text(&label("label").stdout).trim(), "label = \"\"");
+    m.unmount();
+    let (code, out) = fsck(&img);
+    assert_eq!(code, 0, "{out}");
+}

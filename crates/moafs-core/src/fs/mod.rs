@@ -30,6 +30,7 @@ mod dir;
 mod fetch;
 mod homeless;
 pub mod journal;
+pub mod label;
 mod node;
 mod ops;
 mod promise;
@@ -107,8 +108,8 @@ pub(crate) struct Inner {
     pub commit_ns_avg: u64,
     /// When the last commit took its changes (its phase A).
     pub last_commit_start: Instant,
-    /// Feature bits the backup superblocks carry (`write_superblocks`).
-    pub backup_features: [u64; 3],
+    /// Feature bits and label the backup superblocks carry (`write_superblocks`).
+    pub backup_carries: ([u64; 3], [u8; 32]),
     /// When reads update access times (the mount's atime flags; never for in-process users).
     pub atime: AtimePolicy,
     /// A rename replaced a file since the last commit (see `commit_plan`).
@@ -312,11 +313,14 @@ impl Fs {
             last_sync_caller: None,
             commit_ns_avg: 0,
             last_commit_start: Instant::now(),
-            backup_features: [
-                sb.features_compat,
-                sb.features_incompat,
-                sb.features_ro_compat,
-            ],
+            backup_carries: (
+                [
+                    sb.features_compat,
+                    sb.features_incompat,
+                    sb.features_ro_compat,
+                ],
+                sb.label,
+            ),
             inodes: HashMap::default(),
             itable: HashMap::default(),
             ind: HashMap::default(),
@@ -1215,26 +1219,30 @@ impl Inner {
             for g in geo.backup_groups() {
                 v.push((geo.group_start(g), bytes.clone()));
             }
-            self.backup_features = self.features();
+            self.backup_carries = self.backup_fields();
         }
         v
     }
 
-    fn features(&self) -> [u64; 3] {
-        [
-            self.sb.features_compat,
-            self.sb.features_incompat,
-            self.sb.features_ro_compat,
-        ]
+    /// What the backup superblocks must carry up to date: the feature bits and the label.
+    fn backup_fields(&self) -> ([u64; 3], [u8; 32]) {
+        (
+            [
+                self.sb.features_compat,
+                self.sb.features_incompat,
+                self.sb.features_ro_compat,
+            ],
+            self.sb.label,
+        )
     }
 
     /// Adds the superblock to the transaction being built. The backups (read only when the
     /// primary is damaged) are written at mount and unmount, which set `state`, and here
-    /// only when a feature bit changed: their free counts and replay floor may lag (replay
-    /// takes its floor from the newest transaction, fsck recounts), their state and features
-    /// never do. Two blocks fewer in every transaction and its checkpoint.
+    /// only when a feature bit or the label changed: their free counts and replay floor may
+    /// lag (replay takes its floor from the newest transaction, fsck recounts), their state,
+    /// features and label never do. Two blocks fewer in every transaction and its checkpoint.
     pub(crate) fn write_superblocks(&mut self) -> FsResult<()> {
-        let backups = self.features() != self.backup_features;
+        let backups = self.backup_fields() != self.backup_carries;
         let v = self.superblock_images(backups);
         self.txn.extend(v);
         Ok(())
