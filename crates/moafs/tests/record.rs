@@ -109,6 +109,25 @@ fn rename_fsync_workload(mnt: &Path) {
     fsync_dir(mnt);
     metadata_workload(mnt);
     concurrent_workload(mnt);
+    pooled_fsyncs(mnt);
+}
+
+/// Eight threads, each appending 4 KiB to its own file and fsyncing it, 12 times: over
+/// io_uring the daemon hands such fsyncs to its sync pools (checked by the caller from the
+/// daemon's log), which share commits and byte-log batches.
+fn pooled_fsyncs(mnt: &Path) {
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            s.spawn(move || {
+                let f = fs::File::create(mnt.join(format!("pool{t}"))).unwrap();
+                for r in 0..12u64 {
+                    f.write_all_at(&pattern(4096, 20_000 + t * 100 + r), r * 4096)
+                        .unwrap();
+                    f.sync_all().unwrap();
+                }
+            });
+        }
+    });
 }
 
 /// Names, modes, owners, links, symlinks, a fifo and extended attributes changed through the
@@ -306,6 +325,8 @@ struct Recorded {
     _tmp: TempDir,
     log: std::path::PathBuf,
     out: String,
+    /// The daemon's log (info level).
+    daemon_log: String,
 }
 
 /// Mounts a 32 MiB image with `record=` and `opts`, runs the rename-fsync workload (and fsx
@@ -321,7 +342,8 @@ fn recorded_run(opts: &str, with_fsx: bool, states: u64) -> Recorded {
     if !opts.is_empty() {
         o = format!("{o},{opts}");
     }
-    let m = Mounted::new(&img, &mnt, &o);
+    let daemon_log = tmp.path().join("daemon.log");
+    let m = Mounted::logged(&img, &mnt, &o, &daemon_log);
     rename_fsync_workload(&mnt);
     let ran_fsx = with_fsx && fsx(tmp.path(), &mnt);
     // `moafs umount` waits for the daemon's commit; the log is complete when it has exited
@@ -353,6 +375,7 @@ fn recorded_run(opts: &str, with_fsx: bool, states: u64) -> Recorded {
     assert!(!out.contains(" 0 orphan states"), "{out}");
     assert!(!out.contains("no End record"), "{out}");
     Recorded {
+        daemon_log: fs::read_to_string(&daemon_log).unwrap_or_default(),
         _tmp: tmp,
         log,
         out,
@@ -380,6 +403,12 @@ fn recorded_rename_fsync_workload_passes_crashcheck() {
         .filter(|r| matches!(r, LogRecord::Fsynced { .. }))
         .count();
     assert!(promises >= 100, "{promises} fsync promises recorded");
+    // the eight-thread part went through the sync pools where io_uring serves
+    let (pooled, inline, uring) = syncs_logged(&r.daemon_log);
+    eprintln!("sync requests: {pooled} pooled, {inline} inline (io_uring: {uring})");
+    if uring {
+        assert!(pooled > 0, "no fsync reached a pool ({inline} inline)");
+    }
 
     // The same log with one promise false: the checker says so and names the state.
     let bad = r.log.with_file_name("false-promise.log");

@@ -14,23 +14,6 @@ use std::sync::Arc;
 use std::thread::sleep;
 use std::time::Duration;
 
-/// `(pooled, inline, io_uring served)` from the daemon's log line at the end of its session.
-fn syncs_logged(log: &str) -> (u64, u64, bool) {
-    let uring = log.contains("serving FUSE over io_uring");
-    let Some(line) = log
-        .lines()
-        .rev()
-        .find(|l| l.contains("sync requests served"))
-    else {
-        panic!("no end-of-session line in the log:\n{log}");
-    };
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let at = |w: &str| words.iter().position(|x| *x == w).unwrap();
-    let pooled = words[at("sync") - 1].parse().unwrap();
-    let inline = words[at("in") - 1].parse().unwrap();
-    (pooled, inline, uring)
-}
-
 /// `threads` threads, each writing its own file with an fsync after every 4 KiB, `rounds`
 /// times, on a fresh mount with the daemon's log at info level; returns the logged counts.
 fn fsyncs_with(threads: usize, rounds: u64, opts: &str) -> (u64, u64, bool) {

@@ -303,3 +303,20 @@ impl Drop for Mounted {
         self.cleanup(false);
     }
 }
+
+/// `(pooled, inline, io_uring served)` from the daemon's log line at the end of its session.
+pub fn syncs_logged(log: &str) -> (u64, u64, bool) {
+    let uring = log.contains("serving FUSE over io_uring");
+    let Some(line) = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("sync requests served"))
+    else {
+        panic!("no end-of-session line in the log:\n{log}");
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = |w: &str| words.iter().position(|x| *x == w).unwrap();
+    let pooled = words[at("sync") - 1].parse().unwrap();
+    let inline = words[at("in") - 1].parse().unwrap();
+    (pooled, inline, uring)
+}
