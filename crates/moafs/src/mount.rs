@@ -307,6 +307,34 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
     if p.record.is_some() && p.engine.read_only {
         return Err("record= records writes: not with ro".into());
     }
+    Ok(p)
+}
+
+/// A write-protected device (or an image that cannot be opened for writing) mounts read-only,
+/// as a kernel file system's does — said on stderr, in mount(8)'s words. A journal that needs
+/// replaying cannot be replayed there: such a mount is refused unless `norecovery` asks for
+/// the image as it lies (ext4 and XFS refuse it too). `norecovery` needs a read-only mount.
+fn settle_read_only(image: &Path, p: &mut MountPlan) -> Result<(), String> {
+    let protected = moafs_core::device::write_protected(image);
+    if protected {
+        let replay = !p.engine.no_recovery && needs_replay(image);
+        if replay {
+            // one line: mount(8)'s "cannot mount ... read-only" (xfstests' filters know it)
+            return Err(format!(
+                "{0}: cannot mount {0} read-only: its journal needs replaying and the device \
+                 is write-protected (-o ro,norecovery mounts the image as it lies)",
+                image.display()
+            ));
+        }
+        if !p.engine.read_only {
+            eprintln!(
+                "moafs mount: {}: device write-protected, mounting read-only",
+                image.display()
+            );
+            p.engine.read_only = true;
+            p.fuse.read_only = true;
+        }
+    }
     if p.engine.no_recovery && !p.engine.read_only {
         return Err(
             "norecovery mounts without replaying the journal: only with ro (a write would \
@@ -314,7 +342,20 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
                 .into(),
         );
     }
-    Ok(p)
+    Ok(())
+}
+
+/// Whether the image's journal holds transactions to replay (it was not unmounted cleanly).
+fn needs_replay(image: &Path) -> bool {
+    let opts = moafs_core::device::FileDeviceOptions {
+        read_only: true,
+        direct: false,
+        lock: false,
+    };
+    moafs_core::device::FileDevice::open(image, opts)
+        .ok()
+        .and_then(|dev| moafs_core::fs::read_superblock(&dev).ok())
+        .is_some_and(|sb| sb.state != moafs_core::format::STATE_CLEAN && sb.has_journal())
 }
 
 /// `record=PATH` is created (or truncated) by the daemon: never the image itself, and never
@@ -554,6 +595,11 @@ pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
         return report(res);
     }
 
+    if let Err(e) = settle_read_only(&image, &mut plan) {
+        // mount(8)'s prefix: "mount: DEV: cannot mount DEV read-only"
+        eprintln!("moafs mount: {e}");
+        return 1;
+    }
     if a.foreground {
         let pidfile = plan.pidfile.clone();
         let (img, mp) = (image.clone(), mountpoint.clone());
@@ -700,7 +746,8 @@ mod tests {
         );
         let nr = parse_mount_options(&["ro,norecovery".into()]).unwrap();
         assert!(nr.engine.no_recovery && nr.engine.read_only);
-        let e = parse_mount_options(&["norecovery".into()]).unwrap_err();
+        let mut rw = parse_mount_options(&["norecovery".into()]).unwrap();
+        let e = settle_read_only(Path::new("/nonexistent/image"), &mut rw).unwrap_err();
         assert!(e.contains("only with ro"), "{e}");
         let wt = parse_mount_options(&["writeback_cache=off".into()]).unwrap();
         assert!(!wt.fuse.writeback_cache && !wt.engine.kernel_times);

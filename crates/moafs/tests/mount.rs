@@ -1517,3 +1517,95 @@ fn label_ioctls_through_the_kernel() {
     let (code, out) = fsck(&img);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A write-protected device (`blockdev --setro`) mounts read-only, said on stderr; one whose
+/// journal needs replaying is refused there, unless `norecovery` asks for the image as it
+/// lies; `norecovery` alone on a writable device is refused; `ro` on a writable device
+/// replays (in memory). What xfstests' generic/050 checks.
+#[test]
+fn write_protected_device_mounts_read_only_and_norecovery() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let dev = Loop::over(&img, 64 << 20);
+    let out = moafs(&["mkfs", &dev.0]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let blockdev = |flag: &str| {
+        assert!(Command::new("blockdev")
+            .args([flag, &dev.0])
+            .status()
+            .unwrap()
+            .success())
+    };
+    // set read-write again whatever happens (the loop device is detached after)
+    struct Rw<'a>(&'a str);
+    impl Drop for Rw<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("blockdev").args(["--setrw", self.0]).status();
+        }
+    }
+    let _rw = Rw(&dev.0);
+    let mount = |opts: &str| {
+        let mut args = vec!["mount", dev.0.as_str(), p(&mnt)];
+        if !opts.is_empty() {
+            args.extend(["-o", opts]);
+        }
+        moafs(&args)
+    };
+    let umount = || {
+        let st = Command::new("umount").arg(&mnt).status().unwrap();
+        assert!(st.success());
+    };
+    fs::create_dir_all(&mnt).unwrap();
+    blockdev("--setro");
+    let out = mount("");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("write-protected, mounting read-only"),
+        "{}",
+        text(&out.stderr)
+    );
+    let err = fs::write(mnt.join("foo"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    umount();
+    // a journal to replay: files created, then a shutdown (nothing written home after it)
+    blockdev("--setrw");
+    let out = mount("norecovery");
+    assert!(
+        !out.status.success(),
+        "norecovery without ro on a writable device"
+    );
+    assert!(mount("").status.success());
+    fs::write(mnt.join("a"), b"journaled").unwrap();
+    let st = Command::new("xfs_io")
+        .args(["-x", "-c", "shutdown -f"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    umount();
+    blockdev("--setro");
+    let out = mount("");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("cannot mount") && text(&out.stderr).contains("read-only"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = mount("norecovery");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!mnt.join("a").exists(), "norecovery replayed the journal");
+    umount();
+    blockdev("--setrw");
+    assert!(mount("ro").status.success());
+    assert_eq!(fs::read(mnt.join("a")).unwrap(), b"journaled");
+    umount();
+    assert!(mount("").status.success());
+    assert_eq!(fs::read(mnt.join("a")).unwrap(), b"journaled");
+    umount();
+    let (code, out) = fsck(Path::new(&dev.0));
+    assert_eq!(code, 0, "{out}");
+}

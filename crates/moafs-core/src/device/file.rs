@@ -100,6 +100,29 @@ fn logical_block_size(meta: &std::fs::Metadata) -> Option<usize> {
 
 // BLKDISCARD (`_IO(0x12, 119)` in linux/fs.h): discard bytes `[range[0], range[0] + range[1])`.
 nix::ioctl_write_ptr_bad!(blk_discard, nix::request_code_none!(0x12, 119), [u64; 2]);
+// BLKROGET (`_IO(0x12, 94)`): whether the block device is read-only (`blockdev --getro`).
+nix::ioctl_read_bad!(blk_ro_get, nix::request_code_none!(0x12, 94), libc::c_int);
+
+/// Whether `path` cannot be written: a block device set read-only (`blockdev --setro`, a
+/// write-protected disk), or a file that cannot be opened for writing (a read-only file
+/// system, no permission).
+pub fn write_protected(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false; // not there: the open that follows says so
+    };
+    if file
+        .metadata()
+        .is_ok_and(|m| m.file_type().is_block_device())
+    {
+        let mut ro: libc::c_int = 0;
+        // SAFETY: the descriptor is open for the call; BLKROGET writes one int into `ro`.
+        return unsafe { blk_ro_get(file.as_raw_fd(), &mut ro) }.is_ok() && ro != 0;
+    }
+    matches!(
+        OpenOptions::new().write(true).open(path),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM))
+    )
+}
 
 fn io_err(offset: u64, len: u64, source: io::Error) -> DeviceError {
     DeviceError::Io {

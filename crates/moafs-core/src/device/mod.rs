@@ -25,7 +25,7 @@ mod switch;
 pub(crate) use fault::random_cut;
 pub use fault::{CutMode, FaultConfig, FaultDevice};
 pub use fence::FenceDevice;
-pub use file::{FileDevice, FileDeviceOptions};
+pub use file::{write_protected, FileDevice, FileDeviceOptions};
 pub use flash::{FlashCounters, FlashDevice, FlashModel};
 pub use mem::MemDevice;
 pub use model::{HddModel, ModelDevice, ModelKind, SsdModel};
