@@ -56,6 +56,12 @@ pub(crate) enum Ioctl {
     Unknown,
 }
 
+/// Whether `cmd` is for root only (ext4 and XFS require CAP_SYS_ADMIN; FUSE passes no
+/// capabilities, uid 0 stands for it).
+pub(crate) fn needs_root(cmd: u32) -> bool {
+    matches!(cmd, SHUTDOWN | FITRIM | SETFSLABEL)
+}
+
 /// Decodes `cmd` from caller `pid` whose argument is `arg` (`in_data`: what the kernel
 /// copied in). An argument that cannot be read is an error (EFAULT).
 pub(crate) fn decode(cmd: u32, pid: u32, arg: u64, in_data: &[u8]) -> Result<Ioctl, i32> {

@@ -1031,13 +1031,14 @@ impl Filesystem for MoafsFuse {
         reply: fuser::ReplyIoctl,
     ) {
         self.transport.note();
+        // before anything of the caller is read (uid 0 stands for CAP_SYS_ADMIN)
+        if ioctl::needs_root(cmd) && req.uid() != 0 {
+            return reply.error(Errno::EPERM);
+        }
         match ioctl::decode(cmd, req.pid(), arg, in_data) {
             Err(e) => reply.error(Errno::from_i32(e)),
             Ok(ioctl::Ioctl::Unknown) => reply.error(Errno::from_i32(libc::ENOTTY)),
             Ok(ioctl::Ioctl::Shutdown { flush, word }) => {
-                if req.uid() != 0 {
-                    return reply.error(Errno::EPERM);
-                }
                 let Some(flush) = flush else {
                     return reply.error(Errno::EINVAL);
                 };
@@ -1051,18 +1052,13 @@ impl Filesystem for MoafsFuse {
                 start,
                 len,
                 min_len,
-            }) => {
-                if req.uid() != 0 {
-                    return reply.error(Errno::EPERM);
+            }) => match self.fs.trim(start, len, min_len) {
+                Ok(n) => {
+                    let out = ioctl::trim_reply(start, n, min_len);
+                    reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
                 }
-                match self.fs.trim(start, len, min_len) {
-                    Ok(n) => {
-                        let out = ioctl::trim_reply(start, n, min_len);
-                        reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
-                    }
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }
+                Err(e) => reply.error(errno(&e)),
+            },
             Ok(ioctl::Ioctl::GetLabel) => match self.fs.label() {
                 Ok(l) => {
                     let out = ioctl::label_reply(&l);
@@ -1070,15 +1066,10 @@ impl Filesystem for MoafsFuse {
                 }
                 Err(e) => reply.error(errno(&e)),
             },
-            Ok(ioctl::Ioctl::SetLabel(label)) => {
-                if req.uid() != 0 {
-                    return reply.error(Errno::EPERM);
-                }
-                match self.fs.set_label(&label) {
-                    Ok(()) => reply.ioctl(0, &[]),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }
+            Ok(ioctl::Ioctl::SetLabel(label)) => match self.fs.set_label(&label) {
+                Ok(()) => reply.ioctl(0, &[]),
+                Err(e) => reply.error(errno(&e)),
+            },
         }
     }
 
