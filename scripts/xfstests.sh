@@ -35,7 +35,8 @@ LOOPS=()
 # The CI subset: quick tests of the POSIX surface and of every fix of issue 15 (remount,
 # O_DIRECT coherency, listing during renames, file handles, set-id bits, ACLs, xattr limits,
 # ENOSPC, device nodes, a second mount) and of issue 30 (shutdown, sized scratch file systems,
-# mount propagation, syncfs on a block device, FITRIM, norecovery). About six minutes here.
+# mount propagation, syncfs on a block device, FITRIM, norecovery, write-protected devices).
+# About six minutes here.
 CI_TESTS=(
   generic/001 generic/002 generic/005 generic/006 generic/007 generic/011 generic/013
   generic/014 generic/020 generic/023 generic/024 generic/028 generic/035 generic/037
@@ -45,7 +46,7 @@ CI_TESTS=(
   generic/452 generic/467 generic/477 generic/633 generic/683 generic/684 generic/697
   generic/732 generic/736 generic/756 generic/777
   generic/042 generic/409 generic/449 generic/468 generic/474
-  generic/260 generic/288 generic/537
+  generic/050 generic/260 generic/288 generic/537
 )
 
 args=()
