@@ -5,9 +5,10 @@
 //! nothing durable points at it: blocks freed by an operation stay set in memory until the
 //! commit *after* the one that freed them (`alloc.rs`), by when the freeing transaction and its
 //! home writes are durable, so neither an old pointer nor a journal replay can read or write
-//! such a block — discarding it is as safe as reusing it. Each group is trimmed with
-//! `commit_mx` and the engine lock held (as `drop_caches`): no commit or write-behind round
-//! writes meanwhile, and no operation allocates from the runs being discarded. Between groups
+//! such a block, and no read outside the engine lock is reading it (frees become reusable
+//! under `io_gate` held exclusively) — discarding it is as safe as reusing it. Each group is
+//! trimmed with `commit_mx` and the engine lock held (as `drop_caches`): no commit or
+//! write-behind round writes meanwhile, and no operation allocates from the runs being discarded. Between groups
 //! both are let go, so a large trim delays other operations by one group's discards at most.
 //! Frees still pending are released first by two commits: a trim after a delete trims what
 //! the delete freed.
