@@ -8,8 +8,9 @@
 //! such a block, and no read outside the engine lock is reading it (frees become reusable
 //! under `io_gate` held exclusively) — discarding it is as safe as reusing it. Each group is
 //! trimmed with `commit_mx` and the engine lock held (as `drop_caches`): no commit or
-//! write-behind round writes meanwhile, and no operation allocates from the runs being discarded. Between groups
-//! both are let go, so a large trim delays other operations by one group's discards at most.
+//! write-behind round writes meanwhile, and no operation allocates from the runs being
+//! discarded. Between groups both are let go, so a large trim delays other operations by one
+//! group's discards at most.
 //! Frees still pending are released first by two commits: a trim after a delete trims what
 //! the delete freed.
 
