@@ -1308,6 +1308,17 @@ impl Loop {
     }
 }
 
+/// A fresh moafs of `size` bytes on a loop device over a file in a new temporary directory:
+/// (the directory, a mount point path in it, the device).
+fn moafs_on_loop(size: u64) -> (TempDir, std::path::PathBuf, Loop) {
+    let tmp = TempDir::new().unwrap();
+    let dev = Loop::over(&tmp.path().join("img"), size);
+    let out = moafs(&["mkfs", &dev.0]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mnt = tmp.path().join("mnt");
+    (tmp, mnt, dev)
+}
+
 impl Drop for Loop {
     fn drop(&mut self) {
         let _ = Command::new("losetup").args(["-d", &self.0]).status();
@@ -1364,12 +1375,7 @@ fn sync_reaches_a_block_device_mount() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    let dev = Loop::over(&img, 64 << 20);
-    let out = moafs(&["mkfs", &dev.0]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_tmp, mnt, dev) = moafs_on_loop(64 << 20);
     let name = dev.0.trim_start_matches("/dev/");
     let loop_ra = || {
         fs::read_to_string(format!("/sys/block/{name}/queue/read_ahead_kb"))
@@ -1527,12 +1533,7 @@ fn write_protected_device_mounts_read_only_and_norecovery() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    let dev = Loop::over(&img, 64 << 20);
-    let out = moafs(&["mkfs", &dev.0]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_tmp, mnt, dev) = moafs_on_loop(64 << 20);
     let blockdev = |flag: &str| {
         assert!(Command::new("blockdev")
             .args([flag, &dev.0])
