@@ -1099,3 +1099,62 @@ fn label_is_set_online_and_reaches_the_backups() {
     assert_eq!(&sb.label[..6], b"final\0");
     fs.unmount().unwrap();
 }
+
+/// open(O_TMPFILE): an unnamed file (no entry, link count 0) that `link` may name unless it
+/// was made with O_EXCL; one never named is freed when the kernel forgets it, and one left
+/// open when the file system goes away is an orphan the next mount frees.
+#[test]
+fn tmpfile_is_named_by_link_or_freed() {
+    let dev = new_dev(64 << 20);
+    let data = vec![5u8; 100_000];
+    let d;
+    {
+        let fs = mount(&dev);
+        d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
+        let used = |fs: &moafs_core::fs::Fs| {
+            let s = fs.statfs();
+            s.total_inodes - s.free_inodes
+        };
+        let start = used(&fs);
+        let names = |fs: &moafs_core::fs::Fs| {
+            let all = fs.readdir(d, 0, 100).unwrap();
+            all.iter()
+                .filter(|e| e.name != b"." && e.name != b"..")
+                .count()
+        };
+        let t = fs.tmpfile(d, 0o600, ME, true).unwrap();
+        assert_eq!((t.nlink, t.kind), (0, FileKind::Regular));
+        assert_eq!(fs.write(t.ino, 0, &data).unwrap() as usize, data.len());
+        assert_eq!(names(&fs), 0);
+        assert_eq!(fs.link(t.ino, d, b"named").unwrap().nlink, 1);
+        let x = fs.tmpfile(d, 0o600, ME, false).unwrap();
+        assert!(matches!(fs.link(x.ino, d, b"excl"), Err(FsError::NotFound)));
+        assert!(matches!(
+            fs.tmpfile(t.ino, 0o600, ME, true),
+            Err(FsError::NotDir)
+        ));
+        fs.forget(x.ino, 1);
+        assert_eq!(
+            used(&fs),
+            start + 1,
+            "the O_EXCL file is freed when forgotten"
+        );
+        // left open (a kernel reference) at unmount: freed then
+        let y = fs.tmpfile(d, 0o600, ME, true).unwrap();
+        fs.write(y.ino, 0, &data).unwrap();
+        fs.fsync(y.ino, false).unwrap();
+        fs.unmount().unwrap();
+    }
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    let a = fs.lookup(d, b"named").unwrap();
+    assert_eq!(fs.read(a.ino, 0, data.len() as u32).unwrap(), data);
+    let all = fs.readdir(d, 0, 100).unwrap();
+    assert_eq!(all.iter().filter(|e| e.name == b"named").count(), 1);
+    assert_eq!(
+        all.iter()
+            .filter(|e| e.name != b"." && e.name != b"..")
+            .count(),
+        1
+    );
+}

@@ -13,8 +13,8 @@
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, Notifier, OpenFlags, RenameFlags,
-    ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
 };
 use moafs_core::fs::{
     acl, AtimeMode, AtimePolicy, Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr,
@@ -725,6 +725,34 @@ impl Filesystem for MoafsFuse {
             creator(req, umask),
         );
         self.entry(reply, res);
+    }
+
+    /// open(O_TMPFILE): an unnamed file, opened (no file handle: handles are not used, as
+    /// for the files OPEN is declined for; the kernel's reference keeps the file alive).
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.transport.note();
+        let linkable = flags & libc::O_EXCL == 0;
+        let res = self
+            .fs
+            .tmpfile(parent.0, mode & 0o7777, creator(req, umask), linkable);
+        match res {
+            Ok(a) => reply.created(
+                &self.ttl,
+                &file_attr(&a),
+                Generation(u64::from(a.generation)),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {

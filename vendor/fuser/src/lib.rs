@@ -868,6 +868,22 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// moafs patch: open(O_TMPFILE) in directory `parent`: create a regular file with no name
+    /// (link count 0) and open it, replying as [`Filesystem::create`] does; `linkat` may give
+    /// it a name later (a LINK request). ENOSYS by default (the kernel then answers
+    /// EOPNOTSUPP to O_TMPFILE and stops asking).
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

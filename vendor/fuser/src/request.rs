@@ -337,6 +337,17 @@ impl<'a> RequestWithSender<'a> {
             ll::Operation::SyncFs(_) => {
                 filesystem.syncfs(self.request_header(), self.request.nodeid(), self.reply());
             }
+            // moafs patch
+            ll::Operation::TmpFile(x) => {
+                filesystem.tmpfile(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.mode(),
+                    x.umask(),
+                    x.flags(),
+                    self.reply(),
+                );
+            }
             ll::Operation::StatFs(_) => {
                 filesystem.statfs(self.request_header(), self.request.nodeid(), self.reply());
             }

@@ -612,6 +612,16 @@ impl Fs {
             },
         )
     }
+    /// open(O_TMPFILE): a regular file with no name in directory `parent` (link count 0: an
+    /// orphan until `link` names it, which it may if `linkable`, i.e. without O_EXCL). The
+    /// caller holds one kernel reference to it, as after `create`.
+    pub fn tmpfile(&self, parent: Ino, perm: u32, who: Caller, linkable: bool) -> FsResult<Attr> {
+        self.live()?;
+        self.mutate_warm(
+            |g| g.warm_dir(parent),
+            |g| g.make_unnamed(parent, perm, who, linkable),
+        )
+    }
     pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, who: Caller) -> FsResult<Attr> {
         self.live()?;
         self.mutate_warm(

@@ -40,6 +40,9 @@ pub(crate) struct Inode {
     /// The attributes (mode, owner, flags, size, times) durable by the last commit or
     /// byte-log record.
     pub logged: InodeAttrs,
+    /// An unnamed file of open(O_TMPFILE) without O_EXCL: `link` may give it its first name
+    /// (the VFS's I_LINKABLE; in memory only — after a crash it is an orphan, freed).
+    pub linkable: bool,
 }
 
 impl Inode {
@@ -62,6 +65,7 @@ impl Inode {
             xattrs: None,
             xattr_cont: Vec::new(),
             xattr_dirty: false,
+            linkable: false,
         }
     }
     /// Changes no commit has taken yet.

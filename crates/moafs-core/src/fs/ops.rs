@@ -156,8 +156,39 @@ impl Inner {
         who: Caller,
         target: Option<&[u8]>,
     ) -> FsResult<Attr> {
+        self.make_in(parent, Some(name), mode, rdev, who, target)
+    }
+
+    /// Creates a regular file with no name (open(O_TMPFILE) in `parent`): link count 0, so an
+    /// orphan (freed when the kernel forgets it, or at the next mount after a crash) until
+    /// `link` gives it a name — which it may only if `linkable` (no O_EXCL), as the VFS's
+    /// I_LINKABLE says.
+    pub(crate) fn make_unnamed(
+        &mut self,
+        parent: u64,
+        perm: u32,
+        who: Caller,
+        linkable: bool,
+    ) -> FsResult<Attr> {
+        let a = self.make_in(parent, None, libc::S_IFREG | (perm & 0o7777), 0, who, None)?;
+        self.inode(a.ino)?.linkable = linkable;
+        Ok(a)
+    }
+
+    /// `make` with a name, or an unnamed regular file (`make_unnamed`).
+    fn make_in(
+        &mut self,
+        parent: u64,
+        name: Option<&[u8]>,
+        mode: u32,
+        rdev: u32,
+        who: Caller,
+        target: Option<&[u8]>,
+    ) -> FsResult<Attr> {
         self.check_writable()?;
-        check_name(name)?;
+        if let Some(name) = name {
+            check_name(name)?;
+        }
         let kind =
             FileKind::from_mode(mode).ok_or_else(|| FsError::invalid("unknown file type"))?;
         if let Some(t) = target {
@@ -168,8 +199,12 @@ impl Inner {
                 return Err(FsError::NotFound);
             }
         }
-        if self.dir(parent)?.get(name).is_some() {
-            return Err(FsError::Exists);
+        if let Some(name) = name {
+            if self.dir(parent)?.get(name).is_some() {
+                return Err(FsError::Exists);
+            }
+        } else if !self.inode(parent)?.is_dir() {
+            return Err(FsError::NotDir);
         }
         let is_dir = kind == FileKind::Directory;
         let pnode = self.inode(parent)?;
@@ -183,9 +218,11 @@ impl Inner {
         } else {
             pgroup
         };
-        // A directory entry may need a new block.
-        self.reserve(1)?;
-        self.reserved -= 1;
+        if name.is_some() {
+            // A directory entry may need a new block.
+            self.reserve(1)?;
+            self.reserved -= 1;
+        }
         if self.alloc.free_inodes() == 0 && self.alloc.pending_inode_count() > 0 {
             self.commit_to_free()?;
         }
@@ -230,7 +267,11 @@ impl Inner {
             mode: kind.mode_bits() | perm,
             uid: who.uid,
             gid,
-            nlink: if is_dir { 2 } else { 1 },
+            nlink: match (name, is_dir) {
+                (None, _) => 0,
+                (Some(_), true) => 2,
+                (Some(_), false) => 1,
+            },
             atime: now,
             mtime: now,
             ctime: now,
@@ -248,10 +289,12 @@ impl Inner {
             node.dir = Some(Dir::new(DirBlock::capacity(self.bs() as u32)));
         }
         self.inodes.insert(ino, node);
-        let before = self.dir(parent)?.blocks.len();
-        self.dir(parent)?.insert(name, ino, kind.dirent_type());
-        self.note_dir_growth(parent, before)?;
-        self.touch_dir(parent, now)?;
+        if let Some(name) = name {
+            let before = self.dir(parent)?.blocks.len();
+            self.dir(parent)?.insert(name, ino, kind.dirent_type());
+            self.note_dir_growth(parent, before)?;
+            self.touch_dir(parent, now)?;
+        }
         if is_dir {
             self.inode(parent)?.d.nlink += 1;
         }
@@ -410,9 +453,10 @@ impl Inner {
         if node.d.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
-        if node.d.nlink == 0 {
+        if node.d.nlink == 0 && !node.linkable {
             return Err(FsError::NotFound);
         }
+        node.linkable = false;
         let kind = FileKind::from_mode(node.d.mode)
             .ok_or_else(|| FsError::corrupt("inode", ino, "unknown file type"))?;
         if self.dir(newparent)?.get(newname).is_some() {

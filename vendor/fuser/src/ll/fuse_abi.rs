@@ -163,6 +163,8 @@ pub(crate) enum fuse_opcode {
     FUSE_COPY_FILE_RANGE = 47,
     /// moafs patch: sync(2)/syncfs(2) of the file system (sent for `fuseblk` mounts).
     FUSE_SYNCFS = 50,
+    /// moafs patch: open(O_TMPFILE): create an unnamed file in a directory and open it.
+    FUSE_TMPFILE = 51,
 
     #[cfg(target_os = "macos")]
     FUSE_SETVOLNAME = 61,

@@ -1865,6 +1865,12 @@ mod op {
             }),
             // moafs patch (its argument, 8 bytes of padding, says nothing)
             fuse_opcode::FUSE_SYNCFS => Operation::SyncFs(SyncFs { header }),
+            // moafs patch: CREATE's arguments (the name is the kernel's placeholder, "/")
+            fuse_opcode::FUSE_TMPFILE => Operation::TmpFile(Create {
+                header,
+                arg: data.fetch()?,
+                name: data.fetch_str()?.as_ref(),
+            }),
 
             #[cfg(target_os = "macos")]
             fuse_opcode::FUSE_SETVOLNAME => Operation::SetVolName(SetVolName {
@@ -1941,6 +1947,8 @@ pub(crate) enum Operation<'a> {
     CopyFileRange(CopyFileRange<'a>),
     /// moafs patch
     SyncFs(#[expect(dead_code)] SyncFs<'a>),
+    /// moafs patch
+    TmpFile(Create<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -1999,6 +2007,7 @@ impl fmt::Display for Operation<'_> {
             ),
             Operation::StatFs(_) => write!(f, "STATFS"),
             Operation::SyncFs(_) => write!(f, "SYNCFS"),
+            Operation::TmpFile(x) => write!(f, "TMPFILE mode {:#05o}, flags {:#x}", x.mode(), x.flags()),
             Operation::Release(x) => write!(
                 f,
                 "RELEASE fh {:?}, flags {:#x}, flush {}, lock owner {:?}",
