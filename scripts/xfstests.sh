@@ -47,6 +47,7 @@ CI_TESTS=(
   generic/732 generic/736 generic/756 generic/777
   generic/042 generic/409 generic/449 generic/468 generic/474
   generic/050 generic/260 generic/288 generic/537
+  generic/004 generic/079 generic/389 generic/545 generic/553
 )
 
 args=()
@@ -156,8 +157,8 @@ export SCRATCH_DEV=$SCRATCH_DEV
 export SCRATCH_MNT=$WORK/scratch
 export FSTYP=fuse
 export FUSE_SUBTYP=.moafs
-export MOUNT_OPTIONS="-o allow_other,default_permissions"
-export TEST_FS_MOUNT_OPTS="-o allow_other,default_permissions"
+export MOUNT_OPTIONS="-o allow_other,default_permissions,iflags"
+export TEST_FS_MOUNT_OPTS="-o allow_other,default_permissions,iflags"
 EOF
 
 rm -rf "$BUILD/results"

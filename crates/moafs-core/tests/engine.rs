@@ -1158,3 +1158,114 @@ fn tmpfile_is_named_by_link_or_freed() {
         1
     );
 }
+
+/// Inode flags as ext4 enforces them: an immutable file takes no write, truncation, chmod,
+/// xattr, link, unlink or rename, and its directory-mates stay; an append-only file opens
+/// for writing only with O_APPEND and loses no name; an immutable directory takes no new
+/// entry, an append-only one loses none. Flags moafs would not honour are refused. The
+/// flags and the superblock's "flags in use" survive a remount.
+#[test]
+fn inode_flags_are_enforced_and_durable() {
+    use moafs_core::fs::iflags::{OpenIntent, FL_APPEND, FL_IMMUTABLE, FL_NOATIME};
+    let dev = new_dev(64 << 20);
+    let (d, f, a);
+    let eperm = |r: Result<(), FsError>| assert!(matches!(r, Err(FsError::NotPermitted)), "{r:?}");
+    {
+        let fs = mount(&dev);
+        assert!(!fs.inode_flags_in_use());
+        d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
+        f = fs.create(d, b"f", 0o644, ME).unwrap().ino;
+        a = fs.create(d, b"a", 0o644, ME).unwrap().ino;
+        fs.write(f, 0, b"fixed").unwrap();
+        fs.write(a, 0, b"log\n").unwrap();
+        assert!(matches!(
+            fs.set_inode_flags(f, 0x8),
+            Err(FsError::NotSupported)
+        ));
+        fs.set_inode_flags(f, FL_IMMUTABLE | FL_NOATIME).unwrap();
+        assert!(fs.inode_flags_in_use());
+        fs.set_inode_flags(a, FL_APPEND).unwrap();
+        let write = OpenIntent {
+            write: true,
+            ..Default::default()
+        };
+        let append = OpenIntent {
+            write: true,
+            append: true,
+            truncate: false,
+        };
+        let trunc = OpenIntent {
+            write: true,
+            append: true,
+            truncate: true,
+        };
+        eperm(fs.may_open(f, write));
+        eperm(fs.may_open(f, append));
+        fs.may_open(f, OpenIntent::default()).unwrap();
+        eperm(fs.may_open(a, write));
+        eperm(fs.may_open(a, trunc));
+        fs.may_open(a, append).unwrap();
+        eperm(fs.write(f, 0, b"x").map(drop));
+        eperm(fs.fallocate(f, 0, 4096, 0));
+        fs.fallocate(a, 0, 8192, libc::FALLOC_FL_KEEP_SIZE).unwrap();
+        eperm(fs.fallocate(
+            a,
+            0,
+            4096,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        ));
+        for i in [f, a] {
+            let chmod = SetAttr {
+                mode: Some(0o600),
+                ..Default::default()
+            };
+            eperm(fs.setattr(i, &chmod).map(drop));
+            let trunc = SetAttr {
+                size: Some(0),
+                ..Default::default()
+            };
+            eperm(fs.setattr(i, &trunc).map(drop));
+            eperm(fs.setxattr(i, b"user.k", b"v", XattrFlags::default()));
+            eperm(fs.link(i, ROOT_INO, b"other").map(drop));
+        }
+        let utime = SetAttr {
+            atime: Some(moafs_core::fs::TimeOrNow::Now),
+            mtime: Some(moafs_core::fs::TimeOrNow::Now),
+            ..Default::default()
+        };
+        eperm(fs.setattr(f, &utime).map(drop));
+        fs.setattr(a, &utime).unwrap();
+        eperm(fs.unlink(d, b"f"));
+        eperm(fs.unlink(d, b"a"));
+        eperm(fs.rename(d, b"f", ROOT_INO, b"g", RenameFlags::default()));
+        fs.create(d, b"victim", 0o644, ME).unwrap();
+        eperm(fs.rename(d, b"victim", d, b"a", RenameFlags::default()));
+        // an append-only directory takes entries and loses none
+        fs.set_inode_flags(d, FL_APPEND).unwrap();
+        fs.create(d, b"new", 0o644, ME).unwrap();
+        eperm(fs.unlink(d, b"new"));
+        // an immutable one takes none
+        fs.set_inode_flags(d, FL_IMMUTABLE).unwrap();
+        assert!(matches!(
+            fs.create(d, b"newer", 0o644, ME),
+            Err(FsError::NotPermitted)
+        ));
+        assert!(matches!(
+            fs.tmpfile(d, 0o644, ME, true),
+            Err(FsError::NotPermitted)
+        ));
+        fs.set_inode_flags(d, 0).unwrap();
+        fs.unlink(d, b"new").unwrap();
+        fs.unmount().unwrap();
+    }
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    assert!(fs.inode_flags_in_use());
+    assert_eq!(fs.inode_flags(f).unwrap(), FL_IMMUTABLE | FL_NOATIME);
+    assert_eq!(fs.inode_flags(a).unwrap(), FL_APPEND);
+    eperm(fs.unlink(d, b"f"));
+    fs.set_inode_flags(f, 0).unwrap();
+    fs.write(f, 0, b"FIXED").unwrap();
+    fs.unlink(d, b"f").unwrap();
+    assert_eq!(fs.read(a, 0, 100).unwrap(), b"log\n");
+}

@@ -16,9 +16,16 @@
 //!   `xfs_io -c label` sends): the label (`Fs::label`), NUL-terminated in 256 bytes; setting
 //!   it is root only (CAP_SYS_ADMIN), at most 32 bytes (EINVAL beyond).
 //!
+//! * `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` (what `lsattr`/`chattr` send; the kernel passes a
+//!   u32 of `FS_*_FL` bits) and `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` (`xfs_io -c
+//!   chattr`: a 28-byte `struct fsxattr` whose `fsx_xflags` hold `FS_XFLAG_*` bits): the
+//!   inode's flags (`moafs_core::fs::iflags`). The kernel checks who may change them (owner;
+//!   `i` and `a` need CAP_LINUX_IMMUTABLE) before it sends the request. A flag moafs does not
+//!   honour, or an extent size or project id, is EOPNOTSUPP.
+//!
 //! Any other command: ENOTTY, as a file system without it answers.
 
-use moafs_core::fs::ShutdownFlush;
+use moafs_core::fs::{iflags, ShutdownFlush};
 use nix::sys::uio::{process_vm_readv, RemoteIoVec};
 use nix::unistd::Pid;
 use std::io::IoSliceMut;
@@ -36,6 +43,25 @@ pub(crate) const SETFSLABEL: u32 = 0x4100_9432;
 /// `FSLABEL_MAX`: the bytes both label ioctls carry.
 pub(crate) const FSLABEL_MAX: usize = 256;
 
+/// `FS_IOC_GETFLAGS`.
+pub(crate) const GETFLAGS: u32 = 0x8008_6601;
+/// `FS_IOC_SETFLAGS`.
+pub(crate) const SETFLAGS: u32 = 0x4008_6602;
+/// `FS_IOC_FSGETXATTR`.
+pub(crate) const FSGETXATTR: u32 = 0x801c_581f;
+/// `FS_IOC_FSSETXATTR`.
+pub(crate) const FSSETXATTR: u32 = 0x401c_5820;
+/// Bytes of `struct fsxattr`.
+const FSXATTR_BYTES: usize = 28;
+
+/// `FS_XFLAG_*` bit and the `FS_*_FL` bit it stands for (the flags moafs keeps).
+const XFLAGS: [(u32, u32); 4] = [
+    (0x08, iflags::FL_IMMUTABLE),
+    (0x10, iflags::FL_APPEND),
+    (0x40, iflags::FL_NOATIME),
+    (0x80, iflags::FL_NODUMP),
+];
+
 /// A command moafs answers, decoded.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ioctl {
@@ -52,6 +78,11 @@ pub(crate) enum Ioctl {
     GetLabel,
     /// The label to set (the bytes before the first NUL).
     SetLabel(Vec<u8>),
+    /// The inode's flags, asked as `FS_*_FL` bits or (`xattr`) as a `struct fsxattr`.
+    GetFlags { xattr: bool },
+    /// The inode's flags to set, as `FS_*_FL` bits (an `fsx_xflags` bit moafs does not keep
+    /// is an error of `decode`).
+    SetFlags(u32),
     /// A command moafs does not have.
     Unknown,
 }
@@ -99,8 +130,53 @@ pub(crate) fn decode(cmd: u32, pid: u32, arg: u64, in_data: &[u8]) -> Result<Ioc
                 .ok_or(libc::EINVAL)?;
             Ok(Ioctl::SetLabel(in_data[..n].to_vec()))
         }
+        GETFLAGS => Ok(Ioctl::GetFlags { xattr: false }),
+        FSGETXATTR => Ok(Ioctl::GetFlags { xattr: true }),
+        SETFLAGS => {
+            let b: [u8; 4] = in_data
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or(libc::EFAULT)?;
+            Ok(Ioctl::SetFlags(u32::from_ne_bytes(b)))
+        }
+        FSSETXATTR => {
+            if in_data.len() < FSXATTR_BYTES {
+                return Err(libc::EFAULT);
+            }
+            let word = |i: usize| u32::from_ne_bytes(in_data[i * 4..i * 4 + 4].try_into().unwrap());
+            // fsx_extsize, fsx_projid, fsx_cowextsize: moafs has none of them
+            if word(1) != 0 || word(3) != 0 || word(4) != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            let mut xflags = word(0);
+            let mut flags = 0;
+            for (x, f) in XFLAGS {
+                if xflags & x != 0 {
+                    flags |= f;
+                    xflags &= !x;
+                }
+            }
+            if xflags != 0 {
+                return Err(libc::EOPNOTSUPP);
+            }
+            Ok(Ioctl::SetFlags(flags))
+        }
         _ => Ok(Ioctl::Unknown),
     }
+}
+
+/// What GETFLAGS (four bytes) or FSGETXATTR (a `struct fsxattr`) hands back for `flags`.
+pub(crate) fn flags_reply(flags: u32, xattr: bool) -> Vec<u8> {
+    if !xattr {
+        return flags.to_ne_bytes().to_vec();
+    }
+    let xflags = XFLAGS
+        .iter()
+        .filter(|(_, f)| flags & f != 0)
+        .fold(0u32, |acc, (x, _)| acc | x);
+    let mut out = vec![0u8; FSXATTR_BYTES];
+    out[..4].copy_from_slice(&xflags.to_ne_bytes());
+    out
 }
 
 /// What GETFSLABEL hands back: the label, NUL-padded to [`FSLABEL_MAX`] bytes.
@@ -195,5 +271,31 @@ mod tests {
         buf.fill(b'l'); // 256 bytes without a NUL
         assert_eq!(decode(SETFSLABEL, 0, 0, &buf), Err(libc::EINVAL));
         assert_eq!(decode(SETFSLABEL, 0, 0, &buf[..10]), Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn flags_travel_as_fs_fl_bits_or_as_fsxattr() {
+        let ia = iflags::FL_IMMUTABLE | iflags::FL_APPEND;
+        assert_eq!(
+            decode(SETFLAGS, 0, 0, &ia.to_ne_bytes()),
+            Ok(Ioctl::SetFlags(ia))
+        );
+        assert_eq!(decode(SETFLAGS, 0, 0, &[0; 2]), Err(libc::EFAULT));
+        let x = flags_reply(ia | iflags::FL_NOATIME, true);
+        assert_eq!(
+            u32::from_ne_bytes(x[..4].try_into().unwrap()),
+            0x08 | 0x10 | 0x40
+        );
+        assert_eq!(
+            decode(FSSETXATTR, 0, 0, &x),
+            Ok(Ioctl::SetFlags(ia | iflags::FL_NOATIME))
+        );
+        let mut sync = x.clone();
+        sync[0] |= 0x20; // FS_XFLAG_SYNC: not honoured
+        assert_eq!(decode(FSSETXATTR, 0, 0, &sync), Err(libc::EOPNOTSUPP));
+        let mut projid = x;
+        projid[12] = 1;
+        assert_eq!(decode(FSSETXATTR, 0, 0, &projid), Err(libc::EOPNOTSUPP));
+        assert_eq!(flags_reply(ia, false), ia.to_ne_bytes());
     }
 }

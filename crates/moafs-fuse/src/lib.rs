@@ -16,6 +16,7 @@ use fuser::{
     ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, Session, SessionACL, WriteFlags,
 };
+use moafs_core::fs::iflags;
 use moafs_core::fs::{
     acl, AtimeMode, AtimePolicy, Attr, Caller, FileKind, RenameFlags as CoreRenameFlags, SetAttr,
     TimeOrNow, Timespec, XattrFlags,
@@ -45,6 +46,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Expands to those four methods of `fuser::Filesystem`; the adapter needs a `transport`.
 macro_rules! declined_requests {
     () => {
+        declined_requests!(@open);
+        declined_requests!(except_open);
+    };
+    (@open) => {
         fn open(
             &self,
             _req: &fuser::Request,
@@ -55,7 +60,9 @@ macro_rules! declined_requests {
             self.transport.note();
             reply.error(fuser::Errno::ENOSYS);
         }
-
+    };
+    // moafs answers OPEN itself when inode flags are enforced (`MoafsFuse::open`)
+    (except_open) => {
         fn create(
             &self,
             _req: &fuser::Request,
@@ -166,6 +173,10 @@ pub struct MountConfig {
     /// Over io_uring, threads that serve FSYNC, FSYNCDIR and SYNCFS while the queues go on
     /// (`sync_threads=`; 0: each queue's thread serves them itself). See `uring/pool.rs`.
     pub sync_threads: usize,
+    /// Enforce the immutable and append-only inode flags (`iflags`): OPEN is answered (and
+    /// checked) instead of declined, at one request per open(2). Also on when the image
+    /// says one of its inodes carried such a flag (`Fs::inode_flags_in_use`).
+    pub inode_flags: bool,
 }
 
 impl Default for MountConfig {
@@ -191,6 +202,7 @@ impl Default for MountConfig {
             writeback_cache: true,
             forget_pause: FORGET_PAUSE,
             sync_threads: SYNC_THREADS,
+            inode_flags: false,
         }
     }
 }
@@ -211,17 +223,20 @@ pub struct MoafsFuse {
     next_dir_handle: AtomicU64,
     /// Write-back errors the writer sees at its next write (`late.rs`).
     late: late::LateErrors,
+    /// OPEN is answered, so that opens are checked against inode flags (`iflags`).
+    check_opens: bool,
 }
 
 impl MoafsFuse {
     pub fn new(fs: Arc<Fs>, cfg: &MountConfig) -> MoafsFuse {
         MoafsFuse {
-            fs,
             ttl: cfg.attr_ttl,
             transport: Transport::new(cfg),
             dir_streams: Mutex::new(HashMap::new()),
             next_dir_handle: AtomicU64::new(1),
             late: late::LateErrors::default(),
+            check_opens: cfg.inode_flags || fs.inode_flags_in_use(),
+            fs,
         }
     }
 
@@ -592,7 +607,27 @@ impl MoafsFuse {
 }
 
 impl Filesystem for MoafsFuse {
-    declined_requests!();
+    declined_requests!(except_open);
+
+    /// Declined (ENOSYS: the kernel then sends no more OPEN or RELEASE) unless inode flags
+    /// are enforced; then an open for writing or truncating an immutable file, or for writing
+    /// an append-only one without O_APPEND, is refused (EPERM). No file handle either way.
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.transport.note();
+        if !self.check_opens {
+            return reply.error(Errno::ENOSYS);
+        }
+        let intent = moafs_core::fs::iflags::OpenIntent {
+            write: flags.0 & libc::O_ACCMODE != libc::O_RDONLY,
+            append: flags.0 & libc::O_APPEND != 0,
+            // without ATOMIC_O_TRUNC the kernel strips O_TRUNC and truncates by SETATTR
+            truncate: flags.0 & libc::O_TRUNC != 0,
+        };
+        match self.fs.may_open(ino.0, intent) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         self.transport.negotiate(config);
@@ -1049,7 +1084,7 @@ impl Filesystem for MoafsFuse {
     fn ioctl_arg(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
         cmd: u32,
@@ -1098,6 +1133,59 @@ impl Filesystem for MoafsFuse {
                 Ok(()) => reply.ioctl(0, &[]),
                 Err(e) => reply.error(errno(&e)),
             },
+            Ok(ioctl::Ioctl::GetFlags { xattr }) => match self.fs.inode_flags(ino.0) {
+                Ok(flags) => {
+                    let out = ioctl::flags_reply(flags, xattr);
+                    reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
+                }
+                Err(e) => reply.error(errno(&e)),
+            },
+            Ok(ioctl::Ioctl::SetFlags(flags)) => {
+                let pinned = iflags::FL_IMMUTABLE | iflags::FL_APPEND;
+                if flags & pinned != 0 && !self.check_opens {
+                    log::warn!(
+                        "chattr +i/+a refused: this mount does not check opens against inode \
+                         flags (mount with -o iflags)"
+                    );
+                    return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+                }
+                match self.fs.set_inode_flags(ino.0, flags) {
+                    Ok(()) => {
+                        // the new ctime: the kernel would show its cached one for the TTL
+                        self.forget_attributes(ino.0);
+                        reply.ioctl(0, &[])
+                    }
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }
+        }
+    }
+
+    /// moafs copies no ranges itself: the kernel copies by splice through the page cache.
+    /// Without inode flags enforced, ENOSYS (the kernel then stops asking). With them, EPERM
+    /// into an immutable file (an fd opened before `chattr +i`: the VFS's check, which FUSE
+    /// inodes cannot carry), else EOPNOTSUPP: the kernel falls back to its splice copy.
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        _fh_in: FileHandle,
+        _offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        _offset_out: u64,
+        _len: u64,
+        _flags: fuser::CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        self.transport.note();
+        if !self.check_opens {
+            return reply.error(Errno::ENOSYS);
+        }
+        match self.fs.inode_flags(ino_out.0) {
+            Ok(f) if f & iflags::FL_IMMUTABLE != 0 => reply.error(Errno::EPERM),
+            Ok(_) => reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 

@@ -36,6 +36,10 @@ pub const FEATURE_BYTELOG_WB: u64 = 16;
 /// which a reader that knows only descriptors and commit blocks would not find. Set while
 /// mounted writable with a journal; a clean unmount (journal empty) clears it.
 pub const FEATURE_JOURNAL_COMPACT: u64 = 32;
+/// `features_compat` bit 0: some inode has carried the immutable or append-only flag
+/// (`fs/iflags.rs`), so a mount must check opens against inode flags. Compatible: a reader
+/// that does not know it reads the image correctly (it just does not enforce the flags).
+pub const COMPAT_INODE_FLAGS: u64 = 1;
 /// The tier's path is stored at bytes 256..1280 of the superblock's block: a u16 length,
 /// the path, and a crc at 1276 (salt 1) over 256..1276.
 pub const NVM_PATH_AT: usize = 256;

@@ -29,6 +29,7 @@ mod data;
 mod dir;
 mod fetch;
 mod homeless;
+pub mod iflags;
 pub mod journal;
 pub mod label;
 mod node;
@@ -580,6 +581,7 @@ impl Fs {
             if set.size.is_some() {
                 g.symlink_data_refused(ino)?;
             }
+            g.refuse_setattr(ino, set)?;
             g.note_mutated(ino);
             g.setattr(ino, set)
         })
@@ -809,6 +811,7 @@ impl Fs {
         let need = |g: &mut Inner| g.warm_write(ino, offset, data.len() as u64);
         let (n, wake, over) = self.mutate_warm(need, |g| {
             g.symlink_data_refused(ino)?;
+            g.refuse_immutable(ino)?;
             g.note_mutated(ino);
             let n = g.write(ino, offset, data)?;
             Ok((n, g.wants_write_behind(), g.over_dirty_max()))
@@ -841,6 +844,7 @@ impl Fs {
             |g| g.warm_write(ino, offset, len),
             |g| {
                 g.symlink_data_refused(ino)?;
+                g.refuse_fallocate(ino, mode)?;
                 g.note_mutated(ino);
                 g.fallocate(ino, offset, len, mode)
             },
@@ -1046,6 +1050,7 @@ impl Fs {
         self.mutate_warm(
             |g| g.warm_xattrs(ino),
             |g| {
+                g.refuse_pinned(ino)?;
                 g.note_mutated(ino);
                 g.setxattr(ino, name, value, flags)
             },
@@ -1062,6 +1067,7 @@ impl Fs {
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
         self.live()?;
         let mut g = self.warm(|g| g.warm_xattrs(ino));
+        g.refuse_pinned(ino)?;
         g.note_mutated(ino);
         g.removexattr(ino, name)
     }

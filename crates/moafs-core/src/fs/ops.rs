@@ -206,6 +206,7 @@ impl Inner {
         } else if !self.inode(parent)?.is_dir() {
             return Err(FsError::NotDir);
         }
+        self.refuse_immutable(parent)?;
         let is_dir = kind == FileKind::Directory;
         let pnode = self.inode(parent)?;
         if is_dir && pnode.d.nlink >= LINK_MAX {
@@ -347,6 +348,8 @@ impl Inner {
             return Err(FsError::NotEmpty);
         }
         let e = self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
+        // before the type and emptiness checks, as the VFS's may_delete
+        self.refuse_entry_removal(parent, e.ino)?;
         let is_dir = self.inode(e.ino)?.is_dir();
         if want_dir && !is_dir {
             return Err(FsError::NotDir);
@@ -446,6 +449,8 @@ impl Inner {
         if self.dir(newparent)?.get(newname).is_some() {
             return Err(FsError::Exists);
         }
+        self.refuse_pinned(ino)?;
+        self.refuse_immutable(newparent)?;
         let node = self.inode(ino)?;
         if node.is_dir() {
             return Err(FsError::NotPermitted);
@@ -518,6 +523,11 @@ impl Inner {
         }
         let src = self.dir(parent)?.get(name).ok_or(FsError::NotFound)?;
         let dst = self.dir(newparent)?.get(newname);
+        self.refuse_entry_removal(parent, src.ino)?;
+        self.refuse_immutable(newparent)?;
+        if let Some(d) = dst {
+            self.refuse_entry_removal(newparent, d.ino)?;
+        }
         let src_dir = self.inode(src.ino)?.is_dir();
         if src_dir && newparent != parent && self.is_ancestor(src.ino, newparent)? {
             return Err(FsError::invalid("cannot move a directory below itself"));
@@ -689,6 +699,9 @@ impl Inner {
     pub(crate) fn touch_atime(&mut self, ino: u64) -> FsResult<()> {
         let policy = self.atime;
         if policy.mode == AtimeMode::Never || self.opts.read_only || self.failed {
+            return Ok(());
+        }
+        if self.no_atime(ino)? {
             return Ok(());
         }
         let now = Timespec::now();
