@@ -110,6 +110,7 @@ mod late;
 pub mod memfs;
 pub mod passthrough;
 pub mod poll;
+mod statx;
 pub mod uring;
 
 /// Whether to serve FUSE over io_uring (`-o uring=`).
@@ -1158,6 +1159,15 @@ impl Filesystem for MoafsFuse {
                     Err(e) => reply.error(errno(&e)),
                 }
             }
+        }
+    }
+
+    /// statx(2) asking for the birth time: every basic field and `crtime`.
+    fn statx(&self, _req: &Request, ino: INodeNo, _mask: u32, _flags: u32, reply: ReplyData) {
+        self.transport.note();
+        match self.fs.getattr(ino.0) {
+            Ok(a) => reply.data(&statx::statx_reply(&a, self.ttl)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 

@@ -868,6 +868,14 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// moafs patch: statx(2) asking for `mask` (`STATX_*` bits) beyond the basic fields —
+    /// the kernel sends it when the caller wants the birth time. The reply is the bytes of a
+    /// `struct fuse_statx_out` ([`ReplyData::data`]). ENOSYS by default (the kernel then
+    /// answers from GETATTR, without a birth time, and stops asking).
+    fn statx(&self, _req: &Request, _ino: INodeNo, _mask: u32, _flags: u32, reply: ReplyData) {
+        reply.error(Errno::ENOSYS);
+    }
+
     /// moafs patch: open(O_TMPFILE) in directory `parent`: create a regular file with no name
     /// (link count 0) and open it, replying as [`Filesystem::create`] does; `linkat` may give
     /// it a name later (a LINK request). ENOSYS by default (the kernel then answers

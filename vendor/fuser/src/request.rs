@@ -338,6 +338,16 @@ impl<'a> RequestWithSender<'a> {
                 filesystem.syncfs(self.request_header(), self.request.nodeid(), self.reply());
             }
             // moafs patch
+            ll::Operation::Statx(x) => {
+                filesystem.statx(
+                    self.request_header(),
+                    self.request.nodeid(),
+                    x.mask(),
+                    x.flags(),
+                    self.reply(),
+                );
+            }
+            // moafs patch
             ll::Operation::TmpFile(x) => {
                 filesystem.tmpfile(
                     self.request_header(),

@@ -165,6 +165,8 @@ pub(crate) enum fuse_opcode {
     FUSE_SYNCFS = 50,
     /// moafs patch: open(O_TMPFILE): create an unnamed file in a directory and open it.
     FUSE_TMPFILE = 51,
+    /// moafs patch: statx(2) with fields beyond the basic ones (the birth time).
+    FUSE_STATX = 52,
 
     #[cfg(target_os = "macos")]
     FUSE_SETVOLNAME = 61,
@@ -218,6 +220,17 @@ pub(crate) struct fuse_forget_one {
 pub(crate) struct fuse_batch_forget_in {
     pub(crate) count: u32,
     pub(crate) dummy: u32,
+}
+
+/// moafs patch: FUSE_STATX's argument.
+#[repr(C)]
+#[derive(Debug, FromBytes, KnownLayout, Immutable)]
+pub(crate) struct fuse_statx_in {
+    pub(crate) getattr_flags: u32,
+    pub(crate) reserved: u32,
+    pub(crate) fh: u64,
+    pub(crate) sx_flags: u32,
+    pub(crate) sx_mask: u32,
 }
 
 #[repr(C)]

@@ -765,6 +765,24 @@ mod op {
         header: &'a fuse_in_header,
     }
 
+    /// moafs patch: statx(2) asking for more than the basic fields.
+    #[derive(Debug)]
+    pub(crate) struct Statx<'a> {
+        #[expect(dead_code)]
+        header: &'a fuse_in_header,
+        arg: &'a fuse_statx_in,
+    }
+    impl Statx<'_> {
+        /// The fields asked (`STATX_*` bits).
+        pub(crate) fn mask(&self) -> u32 {
+            self.arg.sx_mask
+        }
+        /// `AT_STATX_*` sync flags.
+        pub(crate) fn flags(&self) -> u32 {
+            self.arg.sx_flags
+        }
+    }
+
     /// Get file system statistics.
     #[derive(Debug)]
     pub(crate) struct StatFs<'a> {
@@ -1866,6 +1884,11 @@ mod op {
             // moafs patch (its argument, 8 bytes of padding, says nothing)
             fuse_opcode::FUSE_SYNCFS => Operation::SyncFs(SyncFs { header }),
             // moafs patch: CREATE's arguments (the name is the kernel's placeholder, "/")
+            // moafs patch
+            fuse_opcode::FUSE_STATX => Operation::Statx(Statx {
+                header,
+                arg: data.fetch()?,
+            }),
             fuse_opcode::FUSE_TMPFILE => Operation::TmpFile(Create {
                 header,
                 arg: data.fetch()?,
@@ -1949,6 +1972,8 @@ pub(crate) enum Operation<'a> {
     SyncFs(#[expect(dead_code)] SyncFs<'a>),
     /// moafs patch
     TmpFile(Create<'a>),
+    /// moafs patch
+    Statx(Statx<'a>),
 
     #[cfg(target_os = "macos")]
     SetVolName(SetVolName<'a>),
@@ -2007,6 +2032,7 @@ impl fmt::Display for Operation<'_> {
             ),
             Operation::StatFs(_) => write!(f, "STATFS"),
             Operation::SyncFs(_) => write!(f, "SYNCFS"),
+            Operation::Statx(x) => write!(f, "STATX mask {:#x}", x.mask()),
             Operation::TmpFile(x) => write!(f, "TMPFILE mode {:#05o}, flags {:#x}", x.mode(), x.flags()),
             Operation::Release(x) => write!(
                 f,

@@ -1,4 +1,5 @@
-//! chattr/lsattr through the kernel (FS_IOC_GETFLAGS/SETFLAGS, xfs_io's FSGETXATTR/FSSETXATTR):
+//! Inode attributes beyond stat(2)'s through the kernel: the birth time (statx, FUSE_STATX)
+//! and chattr/lsattr (FS_IOC_GETFLAGS/SETFLAGS, xfs_io's FSGETXATTR/FSSETXATTR):
 //! immutable and append-only files refuse what ext4 refuses, with `-o iflags` (OPEN is then
 //! answered and checked) and on every later mount of the image; without it `chattr +i` is
 //! refused rather than left unenforced. (Needs root and /dev/fuse.)
@@ -149,4 +150,55 @@ fn immutable_and_append_only_through_the_kernel() {
     assert_eq!(lsattr(&a), "-----a----------------");
     m.unmount();
     assert_fsck_clean(&img);
+}
+
+/// statx(2)'s birth time (`stat -c %W`, FUSE_STATX): set at creation, kept by later writes
+/// and renames, and across a remount.
+#[test]
+fn birth_time_through_statx() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    mkfs(&img, "64M");
+    let birth = |path: &Path| {
+        let out = Command::new("stat")
+            .args(["-c", "%.9W"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    let m = Mounted::new(&img, &mnt, "");
+    let f = mnt.join("f");
+    let before = std::time::SystemTime::now();
+    fs::write(&f, b"one").unwrap();
+    let b = birth(&f);
+    let secs: u64 = b
+        .split('.')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("a birth time, not '-'");
+    let now = before
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(secs + 1 >= now && secs <= now + 1, "birth {b}, now {now}");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fs::write(&f, b"two").unwrap();
+    fs::rename(&f, mnt.join("g")).unwrap();
+    assert_eq!(
+        birth(&mnt.join("g")),
+        b,
+        "writes and renames keep the birth time"
+    );
+    m.unmount();
+    let m = Mounted::new(&img, &mnt, "");
+    assert_eq!(birth(&mnt.join("g")), b);
+    m.unmount();
 }
