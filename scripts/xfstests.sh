@@ -47,7 +47,7 @@ CI_TESTS=(
   generic/732 generic/736 generic/756 generic/777
   generic/042 generic/409 generic/449 generic/468 generic/474
   generic/050 generic/260 generic/288 generic/537
-  generic/004 generic/079 generic/389 generic/545 generic/553
+  generic/004 generic/079 generic/389 generic/545 generic/553 generic/508 generic/528
 )
 
 args=()
