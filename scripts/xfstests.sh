@@ -48,6 +48,7 @@ CI_TESTS=(
   generic/042 generic/409 generic/449 generic/468 generic/474
   generic/050 generic/260 generic/288 generic/537
   generic/004 generic/079 generic/389 generic/545 generic/553 generic/508 generic/528
+  generic/026 generic/402
 )
 
 args=()

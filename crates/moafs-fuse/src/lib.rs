@@ -530,18 +530,16 @@ pub fn from_system_time(t: SystemTime) -> Timespec {
             nsec: d.subsec_nanos(),
         },
         Err(e) => {
+            // before the epoch: seconds down to i64::MIN itself (whose magnitude no i64 holds)
             let d = e.duration();
-            let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-            if d.subsec_nanos() == 0 {
-                Timespec {
-                    sec: -secs,
-                    nsec: 0,
-                }
-            } else {
-                Timespec {
-                    sec: -secs - 1,
-                    nsec: 1_000_000_000 - d.subsec_nanos(),
-                }
+            let (mut sec, mut nsec) = (-i128::from(d.as_secs()), d.subsec_nanos());
+            if nsec != 0 {
+                sec -= 1;
+                nsec = 1_000_000_000 - nsec;
+            }
+            Timespec {
+                sec: sec.clamp(i128::from(i64::MIN), 0) as i64,
+                nsec,
             }
         }
     }
@@ -1162,11 +1160,16 @@ impl Filesystem for MoafsFuse {
         }
     }
 
-    /// statx(2) asking for the birth time: every basic field and `crtime`.
+    /// statx(2) asking for the birth time: every basic field, `crtime` and the statx
+    /// attributes of the inode flags.
     fn statx(&self, _req: &Request, ino: INodeNo, _mask: u32, _flags: u32, reply: ReplyData) {
         self.transport.note();
-        match self.fs.getattr(ino.0) {
-            Ok(a) => reply.data(&statx::statx_reply(&a, self.ttl)),
+        let attr_and_flags = self
+            .fs
+            .getattr(ino.0)
+            .and_then(|a| Ok((a, self.fs.inode_flags(ino.0)?)));
+        match attr_and_flags {
+            Ok((a, flags)) => reply.data(&statx::statx_reply(&a, flags, self.ttl)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -1915,6 +1918,10 @@ mod tests {
             (-1, 0),
             (-1, 1),
             (-86_400, 500),
+            // the ends of the signed 64-bit range (xfstests generic/402)
+            (i64::MIN, 0),
+            (i64::MIN + 1, 7),
+            (i64::MAX, 0),
         ] {
             let t = Timespec { sec, nsec };
             assert_eq!(from_system_time(to_system_time(t)), t, "{sec}.{nsec}");

@@ -12,8 +12,13 @@ const STATX_BTIME: u32 = 0x800;
 /// Bytes of `struct fuse_statx_out`.
 pub(crate) const STATX_OUT_BYTES: usize = 32 + 256;
 
-/// The reply for `a`, valid for `ttl`: every basic field and the birth time.
-pub(crate) fn statx_reply(a: &Attr, ttl: Duration) -> Vec<u8> {
+/// `STATX_ATTR_IMMUTABLE | STATX_ATTR_APPEND | STATX_ATTR_NODUMP`: the same bits as the
+/// inode flags `FS_IMMUTABLE_FL | FS_APPEND_FL | FS_NODUMP_FL`.
+const STATX_ATTRS: u64 = 0x10 | 0x20 | 0x40;
+
+/// The reply for `a` with inode flags `flags`, valid for `ttl`: every basic field, the birth
+/// time, and the immutable, append-only and no-dump attributes.
+pub(crate) fn statx_reply(a: &Attr, flags: u32, ttl: Duration) -> Vec<u8> {
     let mut out = Vec::with_capacity(STATX_OUT_BYTES);
     // fuse_statx_out: attr_valid, attr_valid_nsec, flags, spare[2]
     out.extend_from_slice(&ttl.as_secs().to_ne_bytes());
@@ -23,7 +28,7 @@ pub(crate) fn statx_reply(a: &Attr, ttl: Duration) -> Vec<u8> {
     // fuse_statx
     out.extend_from_slice(&(STATX_BASIC_STATS | STATX_BTIME).to_ne_bytes());
     out.extend_from_slice(&a.blksize.to_ne_bytes());
-    out.extend_from_slice(&0u64.to_ne_bytes()); // attributes
+    out.extend_from_slice(&(u64::from(flags) & STATX_ATTRS).to_ne_bytes());
     out.extend_from_slice(&a.nlink.to_ne_bytes());
     out.extend_from_slice(&a.uid.to_ne_bytes());
     out.extend_from_slice(&a.gid.to_ne_bytes());
@@ -33,7 +38,7 @@ pub(crate) fn statx_reply(a: &Attr, ttl: Duration) -> Vec<u8> {
     out.extend_from_slice(&a.ino.to_ne_bytes());
     out.extend_from_slice(&a.size.to_ne_bytes());
     out.extend_from_slice(&a.blocks_512.to_ne_bytes());
-    out.extend_from_slice(&0u64.to_ne_bytes()); // attributes_mask
+    out.extend_from_slice(&STATX_ATTRS.to_ne_bytes()); // attributes_mask
     for t in [a.atime, a.crtime, a.ctime, a.mtime] {
         sx_time(&mut out, t);
     }
@@ -80,13 +85,19 @@ mod tests {
             blksize: 4096,
             generation: 1,
         };
-        let b = statx_reply(&a, Duration::from_secs(60));
+        let b = statx_reply(&a, 0x10 | 0x80, Duration::from_secs(60));
         assert_eq!(b.len(), STATX_OUT_BYTES);
         let u32_at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap());
         assert_eq!(u64_at(0), 60);
         let s = 32; // struct fuse_statx
         assert_eq!(u32_at(s), 0xfff);
+        assert_eq!(
+            u64_at(s + 8),
+            0x10,
+            "immutable; no-atime has no statx attribute"
+        );
+        assert_eq!(u64_at(s + 56), 0x70);
         assert_eq!(u32_at(s + 4), 4096);
         assert_eq!(u32_at(s + 16), 1);
         assert_eq!(u32_at(s + 20), 10);

@@ -305,6 +305,9 @@ fn remount_ignores(opt: &str) -> bool {
             | "blksize"
             | "allow_other"
             | "default_permissions"
+            // fixed at mount like the two above; a mount without it refuses chattr +i/+a
+            // (EOPNOTSUPP), so ignoring it here leaves nothing unenforced
+            | "iflags"
             | "fsname"
             | "subtype"
             | "auto"

@@ -9,7 +9,6 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
-use tempfile::TempDir;
 
 mod common;
 use common::*;
@@ -42,11 +41,7 @@ fn immutable_and_append_only_through_the_kernel() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    mkfs(&img, "64M");
+    let (_tmp, img, mnt) = fresh_image("64M");
 
     // without iflags: +i/+a refused (not enforceable), the other flags kept
     let m = Mounted::new(&img, &mnt, "");
@@ -159,11 +154,7 @@ fn birth_time_through_statx() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    mkfs(&img, "64M");
+    let (_tmp, img, mnt) = fresh_image("64M");
     let birth = |path: &Path| {
         let out = Command::new("stat")
             .args(["-c", "%.9W"])

@@ -12,7 +12,6 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use tempfile::TempDir;
 
 mod common;
 use common::*;
@@ -51,11 +50,7 @@ fn tmpfiles_are_named_by_linkat_or_vanish() {
     if !can_mount() {
         return;
     }
-    let tmp = TempDir::new().unwrap();
-    let img = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    mkfs(&img, "64M");
+    let (_tmp, img, mnt) = fresh_image("64M");
     let m = Mounted::new(&img, &mnt, "");
     let dir = mnt.join("d");
     fs::create_dir(&dir).unwrap();

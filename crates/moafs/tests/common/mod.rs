@@ -59,6 +59,17 @@ pub fn mkfs(img: &Path, size: &str) {
     assert!(out.status.success(), "mkfs failed: {}", text(&out.stderr));
 }
 
+/// A temporary directory with a fresh image `img` of `size` and an empty mount point `mnt`
+/// in it (the directory goes when the guard drops: declare mounts after it).
+pub fn fresh_image(size: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    mkfs(&img, size);
+    (tmp, img, mnt)
+}
+
 pub fn fsck(img: &Path) -> (i32, String) {
     let out = moafs(&["fsck", "-n", p(img)]);
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
