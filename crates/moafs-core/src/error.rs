@@ -64,6 +64,12 @@ pub enum FsError {
     /// outside only if space stays short: reported as ENOSPC.
     #[error("no space left on device (frees wait for a commit in flight)")]
     CommitBusy,
+    /// Inside the engine: space is short while files with no name and no open handle still
+    /// hold blocks, because the kernel has not yet sent the FORGET that frees them (it sends
+    /// it once its last reference goes, e.g. after an asynchronous RELEASE); `Fs` waits a
+    /// little for it and retries. Seen outside only if space stays short: ENOSPC.
+    #[error("no space left on device (unlinked files wait for the kernel to let go)")]
+    SpaceHeld,
     /// Inside the engine: a warm pass (`fs/fetch.rs`) met a block it would have to read
     /// from the device; it is read with the engine lock released. Never returned by `Fs`
     /// (reported as EIO should it be).
@@ -97,7 +103,7 @@ impl FsError {
             FsError::Failed => libc::EIO,
             FsError::ShutDown => libc::EIO,
             FsError::Stale { .. } => libc::ESTALE,
-            FsError::CommitBusy => libc::ENOSPC,
+            FsError::CommitBusy | FsError::SpaceHeld => libc::ENOSPC,
             FsError::WouldRead => libc::EIO,
         }
     }

@@ -1269,3 +1269,60 @@ fn inode_flags_are_enforced_and_durable() {
     fs.unlink(d, b"f").unwrap();
     assert_eq!(fs.read(a, 0, 100).unwrap(), b"log\n");
 }
+
+/// The space of a file unlinked after its last close comes back for the next allocation even
+/// while the kernel still holds a reference (its FORGET arrives a moment later: after an
+/// asynchronous RELEASE): the allocation waits for the FORGET instead of failing with ENOSPC.
+/// If no FORGET comes, it fails after the short wait.
+#[test]
+fn space_of_an_unlinked_file_waits_for_the_kernel_to_forget_it() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let dev = new_dev(64 << 20);
+    let opts = moafs_core::fs::MountOptions {
+        kernel_lookups: true,
+        ..Default::default()
+    };
+    let fs = Arc::new(mount_with(&dev, opts));
+    let chunk = vec![1u8; 1 << 20];
+    let fill = |fs: &moafs_core::fs::Fs, ino: u64| {
+        let mut off = 0;
+        loop {
+            match fs.write(ino, off, &chunk) {
+                Ok(_) => off += chunk.len() as u64,
+                Err(FsError::NoSpace) => return off,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    let big = fs.create(ROOT_INO, b"big", 0o644, ME).unwrap().ino;
+    let filled = fill(&fs, big);
+    assert!(filled > 32 << 20, "{filled}");
+    fs.sync().unwrap();
+    fs.unlink(ROOT_INO, b"big").unwrap(); // the kernel still holds its reference
+    let next = fs.create(ROOT_INO, b"next", 0o644, ME).unwrap().ino;
+    let forgetter = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            fs.forget(big, 1);
+        })
+    };
+    let start = Instant::now();
+    fs.write(next, 0, &chunk)
+        .expect("the unlinked file's space, once forgotten");
+    assert!(
+        start.elapsed() >= Duration::from_millis(20),
+        "it waited for the FORGET"
+    );
+    forgetter.join().unwrap();
+    // held for good (no FORGET coming): ENOSPC after the short wait, not a hang
+    let other = fs.create(ROOT_INO, b"other", 0o644, ME).unwrap().ino;
+    fill(&fs, other);
+    fs.sync().unwrap();
+    fs.unlink(ROOT_INO, b"other").unwrap();
+    let start = Instant::now();
+    let r = fill(&fs, next);
+    assert!(r < 4 << 20, "{r}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}

@@ -109,10 +109,21 @@ impl Inner {
             self.commit_to_free()?; // CommitBusy while a commit is in flight
         }
         if self.avail_for_reservation() < n {
+            if self.space_held_by_unlinked() {
+                return Err(FsError::SpaceHeld);
+            }
             return Err(FsError::NoSpace);
         }
         self.reserved += n;
         Ok(())
+    }
+
+    /// Whether a file with no name and no open handle still holds blocks: only the kernel's
+    /// references keep it, and its FORGET will free them (`FsError::SpaceHeld`).
+    fn space_held_by_unlinked(&self) -> bool {
+        self.inodes
+            .values()
+            .any(|n| n.d.nlink == 0 && n.opens == 0 && n.lookups > 0 && n.d.blocks > 0)
     }
 
     pub(crate) fn check_writable(&self) -> FsResult<()> {

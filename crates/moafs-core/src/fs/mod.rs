@@ -57,7 +57,7 @@ use cache::Block;
 use node::{IndBlock, Inode};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(crate) struct Inner {
     pub dev: Arc<dyn BlockDevice>,
@@ -403,19 +403,36 @@ impl Fs {
     ///
     /// Each run starts with the warm pass `need` (`fetch.rs`): what the operation reads
     /// from the device is read with the engine lock released.
+    ///
+    /// Space held by unlinked files the kernel is about to forget (`SpaceHeld`): waits for
+    /// a FORGET (at most `HELD_WAITS` times `HELD_WAIT`), commits to release what it freed,
+    /// and runs it again — so that, as on ext4, the space of a file deleted after its last
+    /// close is there for the next allocation.
     fn mutate_warm<T>(
         &self,
         mut need: impl FnMut(&mut Inner),
         mut op: impl FnMut(&mut Inner) -> FsResult<T>,
     ) -> FsResult<T> {
-        for _ in 0..3 {
+        const HELD_WAITS: u32 = 10;
+        const HELD_WAIT: Duration = Duration::from_millis(20);
+        let (mut busy, mut held) = (0, 0);
+        loop {
             let r = op(&mut self.warm_from(self.lock(), &mut need));
             match r {
-                Err(FsError::CommitBusy) => self.commit_to_free()?,
+                Err(FsError::CommitBusy) if busy < 3 => {
+                    busy += 1;
+                    self.commit_to_free()?;
+                }
+                Err(FsError::SpaceHeld) if held < HELD_WAITS => {
+                    held += 1;
+                    let g = self.lock();
+                    drop(self.done.wait_timeout(g, HELD_WAIT));
+                    self.commit_to_free()?;
+                }
+                Err(FsError::CommitBusy | FsError::SpaceHeld) => return Err(FsError::NoSpace),
                 r => return r,
             }
         }
-        Err(FsError::NoSpace)
     }
 
     /// Two commits of its own, after any in flight: every pending free is released.
@@ -565,6 +582,12 @@ impl Fs {
         }
         if let Err(e) = g.maybe_reap(ino) {
             log::error!("freeing inode {ino}: {e}");
+        }
+        let freed = !g.inodes.contains_key(&ino);
+        drop(g);
+        if freed {
+            // a writer short of space may wait for this (`FsError::SpaceHeld`)
+            self.done.notify_all();
         }
     }
     pub fn getattr(&self, ino: Ino) -> FsResult<Attr> {
