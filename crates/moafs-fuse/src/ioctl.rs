@@ -179,6 +179,11 @@ pub(crate) fn flags_reply(flags: u32, xattr: bool) -> Vec<u8> {
     out
 }
 
+/// Answers with `out`, cut to the `out_size` bytes the kernel copies back to the caller.
+pub(crate) fn reply_out(reply: fuser::ReplyIoctl, out: &[u8], out_size: u32) {
+    reply.ioctl(0, &out[..(out_size as usize).min(out.len())]);
+}
+
 /// What GETFSLABEL hands back: the label, NUL-padded to [`FSLABEL_MAX`] bytes.
 pub(crate) fn label_reply(label: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; FSLABEL_MAX];

@@ -1106,7 +1106,7 @@ impl Filesystem for MoafsFuse {
                 };
                 match self.fs.shutdown(flush) {
                     // the kernel copies `out_size` bytes back: the caller's word unchanged
-                    Ok(()) => reply.ioctl(0, &word[..(out_size as usize).min(word.len())]),
+                    Ok(()) => ioctl::reply_out(reply, &word, out_size),
                     Err(e) => reply.error(errno(&e)),
                 }
             }
@@ -1117,14 +1117,14 @@ impl Filesystem for MoafsFuse {
             }) => match self.fs.trim(start, len, min_len) {
                 Ok(n) => {
                     let out = ioctl::trim_reply(start, n, min_len);
-                    reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
+                    ioctl::reply_out(reply, &out, out_size)
                 }
                 Err(e) => reply.error(errno(&e)),
             },
             Ok(ioctl::Ioctl::GetLabel) => match self.fs.label() {
                 Ok(l) => {
                     let out = ioctl::label_reply(&l);
-                    reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
+                    ioctl::reply_out(reply, &out, out_size)
                 }
                 Err(e) => reply.error(errno(&e)),
             },
@@ -1135,7 +1135,7 @@ impl Filesystem for MoafsFuse {
             Ok(ioctl::Ioctl::GetFlags { xattr }) => match self.fs.inode_flags(ino.0) {
                 Ok(flags) => {
                     let out = ioctl::flags_reply(flags, xattr);
-                    reply.ioctl(0, &out[..(out_size as usize).min(out.len())])
+                    ioctl::reply_out(reply, &out, out_size)
                 }
                 Err(e) => reply.error(errno(&e)),
             },

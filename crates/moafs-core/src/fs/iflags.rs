@@ -60,7 +60,7 @@ impl Fs {
             return Err(FsError::NotSupported);
         }
         if flags & FL_PINNED != 0 && !self.inode_flags_in_use() {
-            self.set_compat_feature(COMPAT_INODE_FLAGS)?;
+            self.commit_superblock_change(|sb| sb.features_compat |= COMPAT_INODE_FLAGS)?;
         }
         self.mutate_warm(
             |g| g.warm_inode(ino),
@@ -98,20 +98,6 @@ impl Fs {
             return Err(FsError::NotPermitted);
         }
         Ok(())
-    }
-
-    /// Sets a compatible feature bit in the superblock and makes it durable (a commit of its
-    /// own, which rewrites the backups: they carry the feature bits).
-    fn set_compat_feature(&self, bit: u64) -> FsResult<()> {
-        let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
-        let r = {
-            let mut g = self.lock();
-            g.check_writable()?;
-            g.sb.features_compat |= bit;
-            g.commit()
-        };
-        self.done.notify_all();
-        r
     }
 }
 

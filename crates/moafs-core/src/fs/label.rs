@@ -31,18 +31,28 @@ impl Fs {
                 "a label has at most {LABEL_MAX} bytes and no NUL"
             )));
         }
+        let mut field = [0u8; LABEL_MAX];
+        field[..label.len()].copy_from_slice(label);
+        self.commit_superblock_change(|sb| sb.label = field)
+    }
+
+    /// Changes a superblock field by `change` and makes it durable at once: a commit of its
+    /// own (the superblock goes through the journal with every commit; the backups are
+    /// rewritten when what they carry — feature bits, label — changed). A failed commit
+    /// leaves the field as it was.
+    pub(super) fn commit_superblock_change(
+        &self,
+        change: impl FnOnce(&mut crate::format::Superblock),
+    ) -> FsResult<()> {
         let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
         let r = {
             let mut g = self.lock();
-            if g.opts.read_only {
-                return Err(FsError::ReadOnly);
-            }
-            let mut field = [0u8; LABEL_MAX];
-            field[..label.len()].copy_from_slice(label);
-            let old = std::mem::replace(&mut g.sb.label, field);
+            g.check_writable()?;
+            let old = g.sb.clone();
+            change(&mut g.sb);
             let r = g.commit();
             if r.is_err() {
-                g.sb.label = old;
+                g.sb = old;
             }
             r
         };
