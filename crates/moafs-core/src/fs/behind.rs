@@ -112,7 +112,7 @@ impl Inner {
                 // The single indirect block promised at write() has its address now (a commit
                 // would clear all such promises at its end).
                 node.meta_reserved = false;
-                self.meta_reserved = self.meta_reserved.saturating_sub(1);
+                self.release_meta_reserved(1);
             }
             let node = &self.inodes[&ino];
             for (phys, idx, overwrite) in placed {
@@ -163,7 +163,7 @@ impl Inner {
                 }
                 let node = self.inodes.get_mut(&ino).expect("bmap loaded it");
                 if let Some(c) = node.cache.remove(&mut self.book, ino, idx) {
-                    self.reserved -= c.reserved as u64; // none: placed blocks used theirs
+                    self.release_reserved(c.reserved as u64); // none: placed blocks used theirs
                     super::data::recycle(&mut self.spare, self.spare_max, c.data);
                     done += 1;
                 }

@@ -362,7 +362,7 @@ impl Inner {
         leaving.extend(self.alloc.pending_blocks.iter().copied());
         let revokes = self.ckpt.revoke(leaving);
         // Every promised metadata block has its address now.
-        self.meta_reserved = 0;
+        self.metadata_promises_kept();
         for ino in &inos {
             if let Some(n) = self.inodes.get_mut(ino) {
                 n.meta_reserved = false;
@@ -444,7 +444,7 @@ impl Inner {
                     let node = self.inode(ino)?;
                     node.d.blocks += 1;
                     if node.cache.unreserve(i) {
-                        self.reserved -= 1;
+                        self.release_reserved(1);
                     }
                 }
                 done += n;
@@ -462,11 +462,11 @@ impl Inner {
         self.write_runs(ino, placed)?;
         self.inode(ino)?;
         let node = self.inodes.get_mut(&ino).expect("loaded above");
+        let mut promised = 0;
         for (_, idx, _) in placed {
-            if node.cache.mark_clean(&mut self.book, ino, *idx) {
-                self.reserved -= 1; // placed blocks used theirs already
-            }
+            promised += node.cache.mark_clean(&mut self.book, ino, *idx) as u64;
         }
+        self.release_reserved(promised); // placed blocks used theirs already
         Ok(())
     }
 
@@ -794,13 +794,13 @@ impl Inner {
                 ));
             }
         }
-        let kept = (self.book.cached(), self.book.dirty(), self.reserved);
-        if (cached, dirty, reserved) != kept {
+        let kept = (self.book.cached(), self.book.dirty());
+        if (cached, dirty) != kept {
             return Err(format!(
-                "cache (cached, dirty, reserved) counted ({cached}, {dirty}, {reserved}), \
-                 kept {kept:?}"
+                "cache (cached, dirty) counted ({cached}, {dirty}), kept {kept:?}"
             ));
         }
+        self.space.check(reserved, meta)?;
         if self.book.clean_listed() != cached - dirty - homeless {
             return Err(format!(
                 "{} clean blocks in the age order, {} clean blocks cached",
@@ -813,12 +813,6 @@ impl Inner {
                 "logged / homeless blocks counted {logged} / {homeless}, kept {} / {}",
                 self.book.logged(),
                 self.book.homeless_count()
-            ));
-        }
-        if meta > self.meta_reserved {
-            return Err(format!(
-                "{meta} inodes hold an indirect-block promise but meta_reserved is {}",
-                self.meta_reserved
             ));
         }
         for (blk, b) in &self.ind {

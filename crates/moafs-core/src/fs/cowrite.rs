@@ -226,7 +226,7 @@ impl Inner {
                 phys += 1;
             }
             node.dirty = true;
-            self.reserved -= unreserved;
+            self.release_reserved(unreserved);
         }
         if relocated > 0 && !self.small_commit {
             // With journal=writeback too, the moved data must be on disk before the new

@@ -14,118 +14,6 @@ use crate::error::{FsError, FsResult};
 use std::sync::Arc;
 
 impl Inner {
-    /// Blocks that may still be promised to new dirty data: what stays free once every
-    /// reservation, this one included, keeps 1/256 more for the indirect blocks it may need
-    /// (a 4 KiB pointer block maps 1,024 blocks) plus 17 blocks of slack. `statfs` reports
-    /// this as the space available, so a file that fills "available" space can be made.
-    pub(super) fn avail_for_reservation(&self) -> u64 {
-        self.reservable(self.alloc.free_blocks())
-    }
-
-    fn reservable(&self, free: u64) -> u64 {
-        let usable = free.saturating_sub(self.meta_reserved + 17);
-        (usable * 256 / 257).saturating_sub(self.reserved)
-    }
-
-    /// [`Self::avail_for_reservation`] counting blocks whose free waits for a commit, less
-    /// the indirect block a file that takes it all reserves besides its data.
-    pub(crate) fn avail_blocks(&self) -> u64 {
-        self.reservable(self.alloc.free_blocks() + self.alloc.pending_block_count())
-            .saturating_sub(1)
-    }
-
-    /// Reserves the data blocks `blocks` (ascending) of `ino`, the file's single indirect
-    /// block if the data reaches it and it does not exist yet, and the double and triple
-    /// indirect blocks their paths need that neither exist nor are reserved yet (sparse
-    /// writes far into a file need one for every few blocks: the commit must find them).
-    /// All or none.
-    pub(crate) fn reserve_for(&mut self, ino: u64, blocks: &[u64]) -> FsResult<()> {
-        let n = blocks.len() as u64;
-        self.reserve(n)?;
-        let Some(&last) = blocks.last() else {
-            return Ok(());
-        };
-        if last < crate::format::N_DIRECT as u64 {
-            return Ok(());
-        }
-        let node = self.inode(ino)?;
-        let single = node.d.indirect[0] == 0 && !node.meta_reserved;
-        let top = node.d.indirect;
-        // blocks past the single indirect block's reach (most writes are not) need deeper ones
-        let single_reach =
-            crate::format::N_DIRECT as u64 + crate::format::ptrs_per_block(self.bs() as u32);
-        let mut deep = if last < single_reach {
-            Default::default()
-        } else {
-            self.missing_indirect(top, blocks.iter().copied())
-        };
-        deep.retain(|(level, _)| *level > 0);
-        let node = self.inode(ino)?;
-        deep.retain(|k| !node.deep_reserved.contains(k));
-        if let Err(e) = self.reserve_meta_blocks(u64::from(single)) {
-            self.reserved -= n;
-            return Err(e);
-        }
-        // Out of the space `reservable` holds back for indirect blocks: physically there, or
-        // the write gets ENOSPC now rather than the commit later.
-        let free = self.alloc.free_blocks();
-        if self.reserved + self.meta_reserved + deep.len() as u64 > free {
-            self.reserved -= n;
-            if single {
-                self.meta_reserved -= 1;
-            }
-            return Err(FsError::NoSpace);
-        }
-        self.meta_reserved += deep.len() as u64;
-        let node = self.inode(ino)?;
-        node.meta_reserved |= single;
-        node.deep_reserved.extend(deep);
-        Ok(())
-    }
-
-    /// A directory that had `before` blocks may have grown: its new blocks get addresses at
-    /// commit (the caller checked that a block is available).
-    pub(crate) fn note_dir_growth(&mut self, dir: u64, before: usize) -> FsResult<()> {
-        let now = self.dir(dir)?.blocks.len();
-        self.meta_reserved += now.saturating_sub(before) as u64;
-        Ok(())
-    }
-
-    /// Reserves `n` metadata blocks (directory, xattr or indirect blocks) allocated at
-    /// commit, all or none.
-    pub(crate) fn reserve_meta_blocks(&mut self, n: u64) -> FsResult<()> {
-        self.reserve(n)?;
-        self.reserved -= n;
-        self.meta_reserved += n;
-        Ok(())
-    }
-
-    /// Reserves `n` data blocks, committing to release pending frees if needed.
-    pub(crate) fn reserve(&mut self, n: u64) -> FsResult<()> {
-        if n == 0 {
-            return Ok(());
-        }
-        if self.avail_for_reservation() < n && self.alloc.pending_block_count() > 0 {
-            self.commit_to_free()?; // CommitBusy while a commit is in flight
-        }
-        if self.avail_for_reservation() < n {
-            if self.space_held_by_unlinked() {
-                return Err(FsError::SpaceHeld);
-            }
-            return Err(FsError::NoSpace);
-        }
-        self.reserved += n;
-        Ok(())
-    }
-
-    /// Whether a file with no name and no open handle still holds blocks: only the kernel's
-    /// references keep it, and its FORGET will free them (`FsError::SpaceHeld`).
-    fn space_held_by_unlinked(&self) -> bool {
-        self.inodes
-            .values()
-            .any(|n| n.d.nlink == 0 && n.opens == 0 && n.lookups > 0 && n.d.blocks > 0)
-    }
-
     pub(crate) fn check_writable(&self) -> FsResult<()> {
         if self.opts.read_only || self.failed {
             return Err(FsError::ReadOnly);
@@ -508,7 +396,8 @@ impl Inner {
     pub(crate) fn drop_cached_from(&mut self, ino: u64, from: u64) -> FsResult<()> {
         self.inode(ino)?;
         let node = self.inodes.get_mut(&ino).expect("loaded above");
-        self.reserved -= node.cache.drop_from(&mut self.book, ino, from);
+        let dropped = node.cache.drop_from(&mut self.book, ino, from);
+        self.release_reserved(dropped);
         Ok(())
     }
 

@@ -221,8 +221,7 @@ impl Inner {
         };
         if name.is_some() {
             // A directory entry may need a new block.
-            self.reserve(1)?;
-            self.reserved -= 1;
+            self.check_space(1)?;
         }
         if self.alloc.free_inodes() == 0 && self.alloc.pending_inode_count() > 0 {
             self.commit_to_free()?;
@@ -467,8 +466,7 @@ impl Inner {
         if self.dir(newparent)?.get(newname).is_some() {
             return Err(FsError::Exists);
         }
-        self.reserve(1)?;
-        self.reserved -= 1;
+        self.check_space(1)?;
         let before = self.dir(newparent)?.blocks.len();
         self.dir(newparent)?
             .insert(newname, ino, kind.dirent_type());
@@ -582,8 +580,7 @@ impl Inner {
             self.reparent(src.ino, src_dir, parent, newparent)?;
             self.maybe_reap(d.ino)?;
         } else {
-            self.reserve(1)?;
-            self.reserved -= 1;
+            self.check_space(1)?;
             self.dir(parent)?.remove(name);
             let before = self.dir(newparent)?.blocks.len();
             self.dir(newparent)?.insert(newname, src.ino, src.kind);
@@ -728,11 +725,10 @@ impl Inner {
 
     pub(crate) fn statfs(&mut self) -> StatFs {
         let geo = self.alloc.geo;
-        let free = self.alloc.free_blocks() + self.alloc.pending_block_count();
         StatFs {
             block_size: geo.block_size,
             total_blocks: geo.data_blocks(),
-            free_blocks: free.saturating_sub(self.reserved),
+            free_blocks: self.free_unpromised(),
             avail_blocks: self.avail_blocks(),
             total_inodes: geo.total_inodes(),
             free_inodes: self.alloc.free_inodes() + self.alloc.pending_inode_count(),
