@@ -16,6 +16,7 @@ pub mod fs;
 pub mod fsck;
 pub mod fuzzing;
 pub mod mkfs;
+pub mod recovery;
 
 pub use error::{FsError, FsResult};
 pub use fs::Fs;

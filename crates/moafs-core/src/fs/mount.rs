@@ -10,6 +10,7 @@ use super::{
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, STATE_MOUNTED};
+use crate::recovery::read_superblock;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Instant;
@@ -197,41 +198,6 @@ impl Fs {
             recording,
             down: shutdown::Down::new(fence),
         })
-    }
-}
-
-/// Reads the primary superblock, falling back to the backups.
-pub fn read_superblock(dev: &dyn BlockDevice) -> FsResult<Superblock> {
-    let mut buf = vec![0u8; 4096];
-    if dev.size() < 4096 {
-        return Err(FsError::NotMoafs {
-            detail: format!("device is only {} bytes", dev.size()),
-        });
-    }
-    dev.read_at(0, &mut buf)?;
-    match Superblock::decode(&buf, 0) {
-        Ok(sb) => Ok(sb),
-        Err(FsError::NotMoafs { detail }) => Err(FsError::NotMoafs { detail }),
-        Err(primary_err) => {
-            // The primary is damaged: the first backup is at group 1's first block, which we
-            // can only find from a backup itself, so probe the possible group sizes.
-            for bs in [4096u64, 16384] {
-                for bpg_log in 6..=20 {
-                    let off = (1u64 << bpg_log) * bs;
-                    if off + 4096 > dev.size() {
-                        break;
-                    }
-                    dev.read_at(off, &mut buf)?;
-                    if let Ok(sb) = Superblock::decode(&buf, off / bs) {
-                        if sb.blocks_per_group as u64 * sb.block_size as u64 == off {
-                            log::warn!("primary superblock damaged ({primary_err}); using the backup at byte {off}");
-                            return Ok(sb);
-                        }
-                    }
-                }
-            }
-            Err(primary_err)
-        }
     }
 }
 
