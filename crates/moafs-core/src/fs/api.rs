@@ -9,7 +9,6 @@ use super::{
 };
 use crate::device::DeviceCounters;
 use crate::format::Superblock;
-use std::time::Instant;
 
 impl Fs {
     pub fn geometry(&self) -> Geometry {
@@ -344,7 +343,7 @@ impl Fs {
                 return Ok(());
             }
             g.aging.write_all();
-            g.epoch_started + 1
+            g.epochs.started() + 1
         };
         self.wait_durable(epoch)
     }
@@ -392,8 +391,7 @@ impl Fs {
             // jbd2's batching rule: when the last fsync came from another thread, several
             // are syncing, and one that has to commit first waits about one commit's time
             // for the others to join it.
-            let batch = g.last_sync_caller.is_some_and(|t| t != caller);
-            g.last_sync_caller = Some(caller);
+            let batch = g.epochs.fsync_from(caller);
             (g.sync_epoch_all(), batch)
         };
         self.wait_durable_batched(epoch, batch)
@@ -448,16 +446,16 @@ impl Fs {
         let due = |g: &Inner| {
             !g.unmounted
                 && !g.opts.read_only
-                && g.last_commit.elapsed().as_millis() >= g.opts.flush_interval_ms as u128
+                && g.epochs.since_last_commit().as_millis() >= g.opts.flush_interval_ms as u128
         };
         {
             let mut g = self.lock();
-            if g.committing || g.unmounted || g.opts.read_only {
+            if g.epochs.writing() || g.unmounted || g.opts.read_only {
                 return Ok(false);
             }
             if !due(&g) || !g.timer_has_work() {
                 if due(&g) {
-                    g.last_commit = Instant::now();
+                    g.epochs.nothing_to_write();
                 }
                 let ckpt = g.ckpt.due();
                 drop(g);
@@ -484,21 +482,21 @@ impl Fs {
         if g.failed || g.unmounted || g.opts.read_only || g.ckpt.waiting() == 0 {
             return Ok(());
         }
-        if g.committing {
+        if g.epochs.writing() {
             return Ok(()); // (cannot be: the commit job holds commit_mx)
         }
         let c = g.checkpoint_plan();
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
         // Like a commit's I/O: no commit may start meanwhile (the paths that commit under
-        // the engine lock alone — ENOSPC, fallocate's throttle — see `committing`), the
+        // the engine lock alone — ENOSPC, fallocate's throttle — see `Epochs::writing`), the
         // journal's space is not free until this is durable.
-        g.committing = true;
+        g.epochs.set_writing(true);
         drop(g);
         let unwinding = InFlight(self);
         let r = c.run(bs).and_then(|()| dev.flush());
         std::mem::forget(unwinding);
         let mut g = self.lock();
-        g.committing = false;
+        g.epochs.set_writing(false);
         g.ckpt.end(r.is_ok());
         let r = r.map_err(FsError::from);
         if let Err(e) = &r {

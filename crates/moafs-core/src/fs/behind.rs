@@ -14,11 +14,11 @@
 //!
 //! Why it is safe:
 //! - Nothing on disk points at the new addresses until a commit writes the metadata, and
-//!   `wb_unflushed` makes that commit flush the device before its metadata (journal=ordered),
+//!   `Behind::unflushed` makes that commit flush the device before its metadata (journal=ordered),
 //!   as for data it wrote itself. Overwrites of blocks that already had an address are left to
 //!   the commit (journal=ordered journals them); with journal=data nothing is written behind.
 //! - A round is one of the jobs of the committer: it holds `Fs::commit_mx` across its three
-//!   steps and marks `committing` during (B), like a commit, so no commit runs while (B)
+//!   steps and marks the epochs `writing` during (B), like a commit, so no commit runs while (B)
 //!   writes: no block freed meanwhile becomes reusable (frees become allocatable only at the
 //!   end of a commit), no commit writes the same blocks, and nothing evicts them.
 //! - Blocks stay dirty until (C), so eviction cannot drop one whose bytes are not yet on the
@@ -42,16 +42,32 @@ pub(crate) struct WbRun {
 /// Longest vectored request of write-behind, in blocks (as `write_runs`).
 const MAX_RUN: usize = 256;
 
+/// Write-behind's part of the engine state.
+#[derive(Debug, Default)]
+pub(crate) struct Behind {
+    /// Dirty blocks at which the next round starts.
+    mark: u64,
+    /// A round wrote data since the last commit: that commit flushes before its metadata.
+    unflushed: bool,
+}
+
+impl Behind {
+    /// Whether a round wrote data since the last call (a commit asks, and clears it).
+    pub(crate) fn take_unflushed(&mut self) -> bool {
+        std::mem::take(&mut self.unflushed)
+    }
+}
+
 impl Inner {
     /// Whether dirty data has reached the next write-behind mark.
     pub(crate) fn wants_write_behind(&self) -> bool {
-        self.opts.write_behind_bytes > 0 && self.book.dirty() >= self.wb_mark
+        self.opts.write_behind_bytes > 0 && self.book.dirty() >= self.behind.mark
     }
 
     /// The next write-behind starts once this much more data is dirty.
     pub(crate) fn rearm_write_behind(&mut self) {
         let step = (self.opts.write_behind_bytes / self.bs() as u64).max(1);
-        self.wb_mark = self.book.dirty() + step;
+        self.behind.mark = self.book.dirty() + step;
     }
 
     /// (A): places the eligible blocks and snapshots them, as runs.
@@ -147,7 +163,7 @@ impl Inner {
     fn finish_write_behind(&mut self, runs: Vec<WbRun>) -> FsResult<u64> {
         // The bytes are on the device: whatever happens below, the next commit flushes them
         // before metadata that may point at them.
-        self.wb_unflushed = true;
+        self.behind.unflushed = true;
         let mut done = 0;
         let ios = runs.len() as u64;
         for run in runs {
@@ -164,7 +180,7 @@ impl Inner {
                 let node = self.inodes.get_mut(&ino).expect("bmap loaded it");
                 if let Some(c) = node.cache.remove(&mut self.book, ino, idx) {
                     self.release_reserved(c.reserved as u64); // none: placed blocks used theirs
-                    super::data::recycle(&mut self.spare, self.spare_max, c.data);
+                    self.spare.recycle(c.data);
                     done += 1;
                 }
             }
@@ -188,7 +204,7 @@ impl Fs {
             g.rearm_write_behind();
             return Ok(0);
         }
-        g.committing = true;
+        g.epochs.set_writing(true);
         let (dev, bs) = (g.dev.clone(), g.bs() as u64);
         drop(g);
         let unwinding = super::InFlight(self);
@@ -202,7 +218,7 @@ impl Fs {
         }
         std::mem::forget(unwinding);
         let mut g = self.lock();
-        g.committing = false;
+        g.epochs.set_writing(false);
         g.fetch.changed(); // home blocks written (`fetch.rs`)
         let r = match written {
             Ok(()) => g.finish_write_behind(runs),

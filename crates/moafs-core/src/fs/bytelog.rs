@@ -16,7 +16,7 @@
 //!
 //! Why a record replayed after a crash is right:
 //! - The per-file path runs as a job of the committer (it holds `Fs::commit_mx` and marks
-//!   `committing` during its I/O), so no commit is in flight: the durable state is the last
+//!   the epochs `writing` during its I/O), so no commit is in flight: the durable state is the last
 //!   commit's, and the file's inode (block map included) is what that commit wrote (`saved`:
 //!   anything but the attributes an attribute record carries differing sends the fsync to
 //!   the committer). A record names the home block its bytes belong to, durable at that
@@ -393,7 +393,7 @@ impl Inner {
     /// with no commit in flight: the caller holds `commit_mx`. Records are numbered from 0
     /// here; the batch numbers them.
     fn plan_file(&mut self, ino: u64) -> FsResult<Option<FilePlan>> {
-        if !self.bytelog_candidate(ino)? || self.committing {
+        if !self.bytelog_candidate(ino)? || self.epochs.writing() {
             return Ok(None);
         }
         let bs = self.bs();
@@ -719,7 +719,7 @@ impl Fs {
         let Some((to, bytes)) = io else {
             return Ok(settle(&mut g, &outcomes));
         };
-        g.committing = true;
+        g.epochs.set_writing(true);
         let dev = g.dev.clone();
         let tier = g
             .bytelog
@@ -735,7 +735,7 @@ impl Fs {
         };
         std::mem::forget(unwinding);
         let mut g = self.lock();
-        g.committing = false;
+        g.epochs.set_writing(false);
         let r = match r {
             Ok(()) => Ok(settle(&mut g, &outcomes)),
             Err(e) => {

@@ -43,6 +43,57 @@ pub(crate) struct CommitIo {
     txn: TxnIo,
 }
 
+/// The transaction a commit is building in its phase (A), and what decides its order: the
+/// metadata images, the file data it writes home or journals, and the flags operations set
+/// since the last commit. Owned by the committer; operations reach it through the methods.
+#[derive(Debug, Default)]
+pub(crate) struct Building {
+    /// Blocks of the transaction: (home block, image).
+    blocks: Vec<(u64, Vec<u8>)>,
+    /// Which of those are file data (a transaction too large for the journal writes them in
+    /// place before the metadata that points at them).
+    data_blocks: Vec<u64>,
+    /// `journal=data`: data blocks the transaction may still carry.
+    data_budget: u64,
+    /// File data written home: (first block, buffers of a contiguous run).
+    out_data: Vec<(u64, Vec<Block>)>,
+    /// The commit is small (at most `small_commit_blocks` dirty blocks): with
+    /// `journal=ordered` its new data blocks go into the transaction too.
+    small: bool,
+    /// Co-writing moved overwritten data since the last commit: order data before metadata
+    /// in this commit whatever the journal mode.
+    order_data_once: bool,
+    /// A rename replaced a file since the last commit (ext4's auto_da_alloc: order data).
+    replaced_by_rename: bool,
+}
+
+impl Building {
+    /// Adds metadata images (the superblocks) to the transaction.
+    pub(crate) fn add(&mut self, images: impl IntoIterator<Item = (u64, Vec<u8>)>) {
+        self.blocks.extend(images);
+    }
+
+    /// The file-data blocks among the transaction's, taken.
+    pub(crate) fn take_data_blocks(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.data_blocks)
+    }
+
+    /// Whether the commit being planned is small (see `small`).
+    pub(crate) fn is_small(&self) -> bool {
+        self.small
+    }
+
+    /// Co-writing moved overwritten data: this commit orders data before metadata.
+    pub(crate) fn order_data_once(&mut self) {
+        self.order_data_once = true;
+    }
+
+    /// A rename replaced a file: the next commit orders data before metadata.
+    pub(crate) fn replaced_by_rename(&mut self) {
+        self.replaced_by_rename = true;
+    }
+}
+
 impl CommitIo {
     /// Phase (B): the device I/O of a commit, in order (see the module comment).
     pub fn run(&self, dev: &dyn BlockDevice, bs: u64) -> FsResult<()> {
@@ -141,9 +192,9 @@ impl Inner {
     /// flight (if any; durable already when none is).
     pub(crate) fn sync_epoch(&self) -> u64 {
         if self.has_unsaved() {
-            self.epoch_started + 1
+            self.epochs.started() + 1
         } else {
-            self.epoch_started
+            self.epochs.started()
         }
     }
 
@@ -151,7 +202,7 @@ impl Inner {
     /// no data back (`aging.rs`).
     pub(crate) fn sync_epoch_all(&mut self) -> u64 {
         let epoch = self.sync_epoch();
-        if epoch > self.epoch_started {
+        if epoch > self.epochs.started() {
             self.aging.write_all();
         }
         epoch
@@ -184,13 +235,13 @@ impl Inner {
         if self.failed {
             return Err(FsError::ReadOnly);
         }
-        if self.committing {
+        if self.epochs.writing() {
             return Err(FsError::CommitBusy);
         }
         let r = self.commit_plan();
         if let Err(e) = &r {
             self.fail("planning a commit", e);
-            self.out_data.clear();
+            self.building.out_data.clear();
             self.ckpt.end(false);
         }
         r
@@ -211,7 +262,7 @@ impl Inner {
 
     /// Phase (C): `result` is what (B) returned.
     pub(crate) fn commit_end(&mut self, epoch: u64, result: FsResult<()>) -> FsResult<()> {
-        self.committing = false;
+        self.epochs.io_ended();
         // home blocks changed, frees become reusable, caches shrink (`fetch.rs`)
         self.fetch.changed();
         self.ckpt.end(result.is_ok());
@@ -230,8 +281,7 @@ impl Inner {
             let _exclusive = gate.write().unwrap_or_else(|e| e.into_inner());
             self.alloc.release_pending();
         }
-        self.epoch_durable = epoch;
-        self.last_commit = Instant::now();
+        self.epochs.commit_durable(epoch);
         // The inode-table cache is only for read-modify-write; keep it bounded. (Not in (A):
         // while (B) writes, a block not in this cache must be current at home.)
         if self.itable.len() > 4096 {
@@ -244,13 +294,13 @@ impl Inner {
     }
 
     fn commit_plan(&mut self) -> FsResult<CommitIo> {
-        let epoch = self.epoch_started + 1;
+        let epoch = self.epochs.started() + 1;
         // The inodes this commit takes changes of; inodes it touches itself are added below.
         let mut inos: Vec<u64> = self.touched.drain().collect();
-        self.txn.clear();
-        self.txn_data.clear();
-        self.out_data.clear();
-        self.txn_data_budget = match (&self.journal, self.opts.journal) {
+        self.building.blocks.clear();
+        self.building.data_blocks.clear();
+        self.building.out_data.clear();
+        self.building.data_budget = match (&self.journal, self.opts.journal) {
             (Some(j), JournalMode::Data | JournalMode::Ordered) => j.len / 4,
             _ => 0,
         };
@@ -275,7 +325,7 @@ impl Inner {
         // carries its new data blocks in the transaction with `journal=ordered`: one request
         // and one flush instead of data, a flush, the transaction and a flush. They go home
         // at a checkpoint, or never if the file is deleted or rewritten first (revoked).
-        self.small_commit = self.opts.journal == JournalMode::Ordered
+        self.building.small = self.opts.journal == JournalMode::Ordered
             && self.journal.is_some()
             && self.book.dirty() - held_blocks <= self.opts.small_commit_blocks;
         if self.opts.journal != JournalMode::Data {
@@ -339,22 +389,25 @@ impl Inner {
             JournalMode::Ordered => true,
             // Like ext4's auto_da_alloc: replacing a file by rename orders the data anyway;
             // so does co-writing when it moved overwritten data.
-            JournalMode::Writeback => self.replaced_by_rename || self.order_data_once,
+            JournalMode::Writeback => {
+                self.building.replaced_by_rename || self.building.order_data_once
+            }
             // New blocks past the transaction's share are written home first: ordered.
             JournalMode::Data => true,
         };
-        self.replaced_by_rename = false;
-        self.order_data_once = false;
-        let wrote_data = self.counters.data_blocks_written > data_before || self.wb_unflushed;
+        self.building.replaced_by_rename = false;
+        self.building.order_data_once = false;
+        let behind_wrote = self.behind.take_unflushed();
+        let wrote_data = self.counters.data_blocks_written > data_before || behind_wrote;
         // Data in place (also what write-behind wrote) before any metadata that points at it;
         // the byte-log batch before the transaction that counts it.
         let order_flush =
             (order_data && self.journal.is_some() && wrote_data) || log_batch.is_some();
-        self.wb_unflushed = false;
         // Blocks the journal holds images of that leave its keeping: written home directly
         // by this commit, or freed by the changes it takes (they may be reused for data
         // written in place once it is durable). Replay must never write those images again.
         let mut leaving: Vec<(u64, u64)> = self
+            .building
             .out_data
             .iter()
             .map(|(first, bufs)| (*first, bufs.len() as u64))
@@ -375,15 +428,13 @@ impl Inner {
         self.touched.extend(held.iter().copied());
         self.dirty_order = held;
         self.alloc.seal_pending();
-        let txn = std::mem::take(&mut self.txn);
+        let txn = std::mem::take(&mut self.building.blocks);
         let (ckpt, txn) = self.plan_txn(txn, revokes);
-        self.epoch_started = epoch;
-        self.committing = true;
-        self.last_commit_start = Instant::now();
+        self.epochs.commit_started(epoch);
         Ok(CommitIo {
             epoch,
             log_batch,
-            data: std::mem::take(&mut self.out_data),
+            data: std::mem::take(&mut self.building.out_data),
             order_flush,
             ckpt,
             txn,
@@ -532,7 +583,7 @@ impl Inner {
                 (_, 1) => false,
                 (_, 2) => true,
                 (JournalMode::Data, _) => true,
-                (JournalMode::Ordered, _) => placed[i].2 || self.small_commit,
+                (JournalMode::Ordered, _) => placed[i].2 || self.building.small,
                 (JournalMode::Writeback, _) => false,
             };
             // Blocks of kind 2 go into the transaction whatever its data share
@@ -548,9 +599,10 @@ impl Inner {
                 || symlink
                 || (self.opts.journal == JournalMode::Data && placed[i].2)
                 || (self.opts.journal == JournalMode::Ordered && cut(i));
-            let journal = journaled && (must || self.txn_data_budget >= (j - i) as u64);
+            let journal = journaled && (must || self.building.data_budget >= (j - i) as u64);
             if journal {
-                self.txn_data_budget = self.txn_data_budget.saturating_sub((j - i) as u64);
+                self.building.data_budget =
+                    self.building.data_budget.saturating_sub((j - i) as u64);
             }
             let bufs: Vec<Block> = placed[i..j]
                 .iter()
@@ -572,12 +624,13 @@ impl Inner {
         let n = bufs.len() as u64;
         if journal {
             let images = bufs.iter().enumerate();
-            self.txn
+            self.building
+                .blocks
                 .extend(images.map(|(k, b)| (first + k as u64, b.to_vec())));
-            self.txn_data.extend(first..first + n);
+            self.building.data_blocks.extend(first..first + n);
             self.counters.data_blocks_journaled += n;
         } else {
-            self.out_data.push((first, bufs));
+            self.building.out_data.push((first, bufs));
             self.counters.data_write_ios += 1;
             self.counters.data_blocks_written += n;
         }
@@ -609,7 +662,7 @@ impl Inner {
             let d = self.inodes[&ino].dir.as_ref().expect("caller checked");
             writes.push((phys, d.encode_block(ino, bi, bs as u32)));
         }
-        self.txn.extend(writes);
+        self.building.blocks.extend(writes);
         let node = self.inode(ino)?;
         let d = node.dir.as_mut().expect("caller checked");
         for b in &mut d.blocks {
@@ -661,7 +714,8 @@ impl Inner {
             self.sb.features_incompat |= crate::format::FEATURE_LARGE_XATTR;
         }
         if !blocks.is_empty() {
-            self.txn
+            self.building
+                .blocks
                 .extend(XattrBlock::encode_blocks(&attrs, ino, bs as u32, &blocks));
         }
         Ok(())
@@ -679,7 +733,7 @@ impl Inner {
             };
             ib.dirty = false;
             let bytes = encode_indirect(&ib.ptrs, blk, bs);
-            self.txn.push((blk, bytes));
+            self.building.blocks.push((blk, bytes));
         }
         Ok(())
     }
@@ -717,7 +771,7 @@ impl Inner {
         blocks.dedup();
         for blk in blocks {
             let buf = self.itable[&blk].clone();
-            self.txn.push((blk, buf));
+            self.building.blocks.push((blk, buf));
         }
         Ok(())
     }
@@ -732,15 +786,19 @@ impl Inner {
             hdr.bitmap_crc = bitmap_crc(&img.bitmap, g);
             hdr.ibitmap_crc = bitmap_crc(&img.ibitmap, g);
             for (k, chunk) in img.bitmap.chunks(bs).enumerate() {
-                self.txn
+                self.building
+                    .blocks
                     .push((geo.bitmap_block(g) + k as u64, chunk.to_vec()));
             }
             for (k, chunk) in img.ibitmap.chunks(bs).enumerate() {
-                self.txn
+                self.building
+                    .blocks
                     .push((geo.ibitmap_block(g) + k as u64, chunk.to_vec()));
             }
             let hb = geo.header_block(g);
-            self.txn.push((hb, hdr.encode(hb, geo.block_size)));
+            self.building
+                .blocks
+                .push((hb, hdr.encode(hb, geo.block_size)));
         }
         Ok(())
     }
@@ -820,17 +878,12 @@ impl Inner {
                 return Err(format!("indirect block {blk} dirty but not listed"));
             }
         }
-        if !self.committing && (!self.out_data.is_empty() || !self.txn.is_empty()) {
+        if !self.epochs.writing()
+            && (!self.building.out_data.is_empty() || !self.building.blocks.is_empty())
+        {
             return Err("commit buffers left over".into());
         }
-        if self.epoch_durable > self.epoch_started
-            || (!self.committing && self.epoch_durable != self.epoch_started && !self.failed)
-        {
-            return Err(format!(
-                "epochs: started {}, durable {}, committing {}",
-                self.epoch_started, self.epoch_durable, self.committing
-            ));
-        }
+        self.epochs.check(self.failed)?;
         self.alloc.check_counts()
     }
 }

@@ -32,6 +32,10 @@ fn thread_cpu_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// Where the next co-write of each directory looks for free space (after its last one).
+#[derive(Debug, Default)]
+pub(crate) struct Goals(HashMap<u64, u64>);
+
 impl Inner {
     /// Co-writes the dirty small files of every directory that has some (see the module
     /// comment). Files it does not place stay dirty for `write_back_file`.
@@ -39,8 +43,8 @@ impl Inner {
         if !self.opts.cowrite || self.dirty_order.is_empty() {
             return Ok(());
         }
-        if self.cw_goal.len() > 100_000 {
-            self.cw_goal.clear();
+        if self.cw_goal.0.len() > 100_000 {
+            self.cw_goal.0.clear();
         }
         let geo = self.alloc.geo;
         // The dirty-file list of each directory, from the files in the order they became
@@ -127,6 +131,7 @@ impl Inner {
         }
         let mut goal = self
             .cw_goal
+            .0
             .get(&key)
             .copied()
             .unwrap_or(geo.group_start(group) + geo.meta_blocks() as u64);
@@ -175,7 +180,7 @@ impl Inner {
         choose_ns += thread_cpu_ns().saturating_sub(t);
         self.counters.cowrite_fallback_files += pending.len() as u64;
         self.counters.cowrite_choose_ns += choose_ns;
-        self.cw_goal.insert(key, goal);
+        self.cw_goal.0.insert(key, goal);
         Ok(())
     }
 
@@ -201,7 +206,7 @@ impl Inner {
             }
             debug_assert_eq!(bufs.len() as u64, blocks);
             // a small commit's run is carried by its transaction (`commit.rs`)
-            self.take_data_run(start, bufs, self.small_commit);
+            self.take_data_run(start, bufs, self.building.is_small());
         }
         let mut phys = start;
         let mut relocated = 0;
@@ -228,10 +233,10 @@ impl Inner {
             node.dirty = true;
             self.release_reserved(unreserved);
         }
-        if relocated > 0 && !self.small_commit {
+        if relocated > 0 && !self.building.is_small() {
             // With journal=writeback too, the moved data must be on disk before the new
             // pointers (else a crash could show a rewritten file as garbage).
-            self.order_data_once = true;
+            self.building.order_data_once();
         }
         self.counters.cowrite_batches += 1;
         self.counters.cowrite_files += files.len() as u64;

@@ -43,7 +43,7 @@ impl Inner {
     /// A buffer for a block's new contents (unshared; its bytes are stale): a recycled one
     /// (`recycle`) or a new allocation.
     fn new_block(&mut self) -> Block {
-        self.spare.pop().unwrap_or_else(|| zeroed_block(self.bs()))
+        self.spare.take().unwrap_or_else(|| zeroed_block(self.bs()))
     }
 
     /// The block's current contents, changed by `edit`, as a new buffer.
@@ -80,7 +80,7 @@ impl Inner {
             self.dirty_order.push(ino);
         }
         if let Some(old) = put.old {
-            recycle(&mut self.spare, self.spare_max, old);
+            self.spare.recycle(old);
         }
         Ok(())
     }
@@ -222,7 +222,7 @@ impl Inner {
     /// throughout: commits when dirty data passed the threshold and no commit is in flight,
     /// so the range is never held in memory at once.
     fn between_batches(&mut self) -> FsResult<()> {
-        if self.over_dirty_max() && !self.committing {
+        if self.over_dirty_max() && !self.epochs.writing() {
             self.commit()?;
         }
         self.after_dirtying()
@@ -246,7 +246,7 @@ impl Inner {
     pub(crate) fn evict(&mut self) {
         let bs = self.bs() as u64;
         let target = self.opts.cache_bytes / bs * 3 / 4;
-        if self.book.cached() <= target || self.committing {
+        if self.book.cached() <= target || self.epochs.writing() {
             // while a commit writes, clean blocks may hold bytes not yet on the device
             return;
         }
@@ -255,7 +255,7 @@ impl Inner {
         for (ino, idx) in self.book.oldest_clean(excess) {
             if let Some(node) = self.inodes.get_mut(&ino) {
                 if let Some(cb) = node.cache.remove(&mut self.book, ino, idx) {
-                    recycle(&mut self.spare, self.spare_max, cb.data);
+                    self.spare.recycle(cb.data);
                     self.counters.evictions += 1;
                 }
             }
@@ -264,7 +264,7 @@ impl Inner {
         // stay within `cache_bytes` (a reader's evictions would otherwise park a quarter of
         // the cache in spares on top of it).
         let room = (self.opts.cache_bytes / bs).saturating_sub(self.book.cached()) as usize;
-        self.spare.truncate(room);
+        self.spare.shrink_to(room);
     }
 
     /// Drops every clean cached data block (after a commit, every block is clean but the
@@ -340,7 +340,7 @@ impl Inner {
         self.counters.ra_read += ahead.len() as u64;
         let mut bufs = Vec::with_capacity(ahead.len());
         while bufs.len() < ahead.len() {
-            match self.spare.pop() {
+            match self.spare.take() {
                 Some(b) => bufs.push(b),
                 None => break,
             }
@@ -582,7 +582,7 @@ impl Inner {
                 });
             if !put {
                 self.counters.ra_dropped += prefetched as u64;
-                recycle(&mut self.spare, self.spare_max, buf);
+                self.spare.recycle(buf);
             }
             kept |= put;
         }
@@ -598,9 +598,41 @@ impl Inner {
 /// allocate tens of MiB per commit: freeing them let the allocator return the pages to the
 /// kernel (and this VM's kernel to the host), so that every new buffer was a page fault and a
 /// zeroed page again — up to 40 % of the daemon's time in a 1 GiB write.
-pub(super) fn recycle(spare: &mut Vec<Block>, max: usize, mut data: Block) {
-    if spare.len() < max && Arc::get_mut(&mut data).is_some() {
-        spare.push(data);
+/// Buffers of blocks that left the cache, kept for new contents (`Inner::new_block`, reads'
+/// readahead buffers): at most a quarter of the cache bound, and within what the cache
+/// leaves of it (`evict`).
+#[derive(Debug, Default)]
+pub(crate) struct Spares {
+    bufs: Vec<Block>,
+    max: usize,
+}
+
+impl Spares {
+    pub(crate) fn new(max: usize) -> Spares {
+        Spares {
+            bufs: Vec::new(),
+            max,
+        }
+    }
+
+    /// Keeps a buffer that left the cache, if nothing else holds it and there is room.
+    pub(crate) fn recycle(&mut self, mut data: Block) {
+        if self.bufs.len() < self.max && Arc::get_mut(&mut data).is_some() {
+            self.bufs.push(data);
+        }
+    }
+
+    fn take(&mut self) -> Option<Block> {
+        self.bufs.pop()
+    }
+
+    /// Keeps at most `room` buffers.
+    fn shrink_to(&mut self, room: usize) {
+        self.bufs.truncate(room);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.bufs.len()
     }
 }
 

@@ -184,7 +184,8 @@ impl Inner {
             // shown until they are home, like a transaction's
             self.ckpt.in_place(&images);
             // file data first, flushed before the metadata that points at it
-            let data: std::collections::HashSet<u64> = self.txn_data.drain(..).collect();
+            let data: std::collections::HashSet<u64> =
+                self.building.take_data_blocks().into_iter().collect();
             let (data, writes): (Vec<_>, Vec<_>) =
                 images.into_iter().partition(|(b, _)| data.contains(b));
             return (

@@ -28,6 +28,7 @@ mod commit;
 mod cowrite;
 mod data;
 mod dir;
+mod epoch;
 mod fetch;
 mod homeless;
 pub mod iflags;
@@ -57,7 +58,6 @@ use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{Geometry, Superblock};
 use alloc::Allocator;
-use cache::Block;
 use node::{IndBlock, Inode};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -78,7 +78,6 @@ pub(crate) struct Inner {
     pub book: cache::CacheBook,
     pub opts: MountOptions,
     pub counters: EngineCounters,
-    pub last_commit: Instant,
     /// A write-back failed: the file system refuses further changes (read-only) until remount.
     pub failed: bool,
     pub unmounted: bool,
@@ -97,59 +96,30 @@ pub(crate) struct Inner {
     pub bytelog: Option<bytelog::ByteLog>,
     /// fsyncs waiting for the byte log, and the outcomes of those a batch took.
     pub bytelog_waiting: bytelog::Waiting,
-    /// Blocks of the transaction being built by a commit: (home block, image).
-    pub txn: Vec<(u64, Vec<u8>)>,
-    /// Which of those are file data (a transaction too large for the journal writes them
-    /// in place before the metadata that points at them).
-    pub txn_data: Vec<u64>,
-    /// `journal=data`: data blocks the current transaction may still carry.
-    pub txn_data_budget: u64,
-    /// Who asked for the last fsync (`Fs::fsync_for`), and the average time of a commit's
-    /// I/O (phase B), ns: `Fs::fsync` batches as jbd2 does.
-    pub last_sync_caller: Option<u64>,
-    pub commit_ns_avg: u64,
-    /// When the last commit took its changes (its phase A).
-    pub last_commit_start: Instant,
+    /// The transaction a commit is building and the flags that order it (`commit.rs`).
+    building: commit::Building,
+    /// Commits started and durable, whether a committer job is writing, commit timing
+    /// (`epoch.rs`).
+    epochs: epoch::Epochs,
     /// Feature bits and label the backup superblocks carry (`write_superblocks`).
     pub backup_carries: ([u64; 3], [u8; 32]),
     /// When reads update access times (the mount's atime flags; never for in-process users).
     pub atime: AtimePolicy,
-    /// A rename replaced a file since the last commit (see `commit_plan`).
-    pub replaced_by_rename: bool,
     /// Files in the order they became dirty since the last commit (an entry may be stale):
     /// co-writing's per-directory lists are made from it, and per-file write-back follows
     /// it, as FFS's syncer does.
     pub dirty_order: Vec<u64>,
     /// Where the next co-write of a directory looks for free space (after its last one).
-    pub cw_goal: HashMap<u64, u64>,
-    /// Co-writing moved overwritten data since the last commit: order data before metadata
-    /// in this commit whatever the journal mode.
-    pub order_data_once: bool,
-    /// The commit being planned is small (at most `small_commit_blocks` dirty blocks,
-    /// `commit.rs`): with `journal=ordered` its new data blocks go into the transaction too.
-    pub small_commit: bool,
+    cw_goal: cowrite::Goals,
     /// Inodes looked at or changed since the last commit started (`inode()` records them):
     /// a commit visits these, never every inode in memory.
     pub touched: rustc_hash::FxHashSet<u64>,
     /// Indirect blocks made dirty since the last commit started (may repeat, may be freed).
     pub ind_dirty: Vec<u64>,
-    /// File data a commit being planned writes home: (first block, buffers of a contiguous run).
-    pub out_data: Vec<(u64, Vec<Block>)>,
-    /// Commits numbered from 1 on each mount: the newest started, the newest durable. A
-    /// commit's own phase (B) runs between the two (`commit_begin`/`commit_end`).
-    pub epoch_started: u64,
-    pub epoch_durable: u64,
-    /// A commit or write-behind round is writing with the engine lock released: nothing may
-    /// start another, evict cached blocks or drop caches until it ends.
-    pub committing: bool,
-    /// Write-behind wrote data since the last commit: the commit flushes before metadata.
-    pub wb_unflushed: bool,
-    /// Dirty blocks at which the next write-behind starts.
-    pub wb_mark: u64,
-    /// Buffers of blocks that left the cache, kept for new contents (`data.rs`, `recycle`),
-    /// at most `spare_max` (a quarter of the cache bound).
-    pub spare: Vec<Block>,
-    pub spare_max: usize,
+    /// Write-behind's mark and whether it wrote since the last commit (`behind.rs`).
+    behind: behind::Behind,
+    /// Buffers of blocks that left the cache, kept for new contents (`data.rs`).
+    spare: data::Spares,
 }
 
 /// A key of the calling thread for [`Fs::fsync_for`], unlike any process id (bit 63 set).
@@ -162,14 +132,6 @@ fn this_thread_key() -> u64 {
     KEY.with(|k| *k)
 }
 
-/// The longest an fsync waits for others to join its commit (jbd2's `max_batch_time`
-/// defaults to 15 ms; a flush on the slowest devices moafs is for takes a few).
-const MAX_BATCH: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// Commits quicker than this on average are not batched: waking a waiting thread takes
-/// about as long (tens of µs), so waiting could not gather more changes than it costs.
-const MIN_BATCH_COMMIT_NS: u64 = 20_000;
-
 /// Held across a commit's device I/O: dropped only when that I/O panicked, it turns the file
 /// system read-only (what is on disk is unknown) and wakes the waiters.
 struct InFlight<'a>(&'a Fs);
@@ -177,7 +139,7 @@ struct InFlight<'a>(&'a Fs);
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let mut g = self.0.lock();
-        g.committing = false;
+        g.epochs.io_ended();
         g.failed = true;
         drop(g);
         self.0.done.notify_all();
@@ -187,8 +149,8 @@ impl Drop for InFlight<'_> {
 /// A mounted moafs.
 pub struct Fs {
     inner: Mutex<Inner>,
-    /// Notified whenever a commit or a write-behind round ends (`Inner::committing` turns
-    /// false, `epoch_durable` may have advanced): fsyncs waiting for their commit wait here.
+    /// Notified whenever a commit or another committer job ends (`Epochs::writing` turns
+    /// false, the durable epoch may have advanced): fsyncs waiting for their commit wait here.
     done: Condvar,
     /// Held by the one thread that runs a commit or a write-behind round, across its phases.
     /// Lock order: `commit_mx`, then `inner`, then `io_gate`.
@@ -267,13 +229,13 @@ impl Fs {
     }
 
     /// [`Fs::wait_durable`]; `batch`: before running a commit itself, wait for other
-    /// syncing threads to join it (about the average commit time, at most `MAX_BATCH`).
+    /// syncing threads to join it (`Epochs::batch_wait`).
     fn wait_durable_batched(&self, epoch: u64, mut batch: bool) -> FsResult<()> {
         let mut led = false;
         loop {
             let mut g = self.lock();
             loop {
-                if g.opts.read_only || g.epoch_durable >= epoch {
+                if g.opts.read_only || g.epochs.is_durable(epoch) {
                     if !led {
                         g.counters.commits_skipped += 1;
                     }
@@ -283,7 +245,7 @@ impl Fs {
                     // not durable, and never will be: every fsync says so
                     return Err(FsError::Failed);
                 }
-                if !g.committing {
+                if !g.epochs.writing() {
                     break;
                 }
                 g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
@@ -291,18 +253,16 @@ impl Fs {
             // as jbd2: the changes waiting for this commit have gathered since the last one
             // started; wait until that is about one commit's time
             // (not when commits are quicker than waking a thread: nobody could join)
-            let gathered = g.last_commit_start.elapsed().as_nanos() as u64;
-            if batch && g.commit_ns_avg >= MIN_BATCH_COMMIT_NS && g.commit_ns_avg > gathered {
+            if let Some(wait) = g.epochs.batch_wait().filter(|_| batch) {
                 batch = false;
-                let wait = std::time::Duration::from_nanos(g.commit_ns_avg - gathered);
                 drop(g);
-                std::thread::sleep(wait.min(MAX_BATCH));
+                std::thread::sleep(wait);
                 continue;
             }
             drop(g);
             let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
             let g = self.lock();
-            if g.epoch_durable >= epoch || g.failed || g.opts.read_only {
+            if g.epochs.is_durable(epoch) || g.failed || g.opts.read_only {
                 continue;
             }
             led = true;
@@ -332,8 +292,7 @@ impl Fs {
         std::mem::forget(unwinding);
         drop(io); // the buffers: the cache's references are the last ones again
         let mut g = self.lock();
-        // as jbd2's average commit time: three parts old, one part new
-        g.commit_ns_avg = (g.commit_ns_avg * 3 + took) / 4;
+        g.epochs.note_commit_time(took);
         let r = g.commit_end(epoch, r);
         drop(g);
         self.done.notify_all();

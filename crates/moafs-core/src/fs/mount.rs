@@ -13,7 +13,6 @@ use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, 
 use crate::recovery::read_superblock;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::time::Instant;
 
 impl Fs {
     /// Mounts the file system on `dev`.
@@ -116,18 +115,11 @@ impl Fs {
             } else {
                 bytelog::ByteLog::new(&sb)
             },
-            txn: Vec::new(),
-            txn_data: Vec::new(),
-            txn_data_budget: 0,
-            replaced_by_rename: false,
+            building: Default::default(),
             dirty_order: Vec::new(),
-            cw_goal: HashMap::default(),
-            order_data_once: false,
-            small_commit: false,
+            cw_goal: Default::default(),
             atime: AtimePolicy::default(),
-            last_sync_caller: None,
-            commit_ns_avg: 0,
-            last_commit_start: Instant::now(),
+            epochs: Default::default(),
             backup_carries: (
                 [
                     sb.features_compat,
@@ -144,20 +136,13 @@ impl Fs {
             book: Default::default(),
             opts,
             counters: EngineCounters::default(),
-            last_commit: Instant::now(),
             failed: false,
             unmounted: false,
             io_gate: Arc::new(RwLock::new(())),
             touched: Default::default(),
             ind_dirty: Vec::new(),
-            out_data: Vec::new(),
-            epoch_started: 0,
-            epoch_durable: 0,
-            committing: false,
-            wb_unflushed: false,
-            wb_mark: 0,
-            spare: Vec::new(),
-            spare_max: (opts_cache_blocks / 4) as usize,
+            behind: Default::default(),
+            spare: super::data::Spares::new((opts_cache_blocks / 4) as usize),
         };
         inner.rearm_write_behind();
         let unclean = inner.sb.state != STATE_CLEAN;
@@ -319,7 +304,7 @@ impl Inner {
     pub(crate) fn write_superblocks(&mut self) -> FsResult<()> {
         let backups = self.backup_fields() != self.backup_carries;
         let v = self.superblock_images(backups);
-        self.txn.extend(v);
+        self.building.add(v);
         Ok(())
     }
 

@@ -571,7 +571,7 @@ impl Inner {
             self.drop_link(d.ino, now)?;
             // A file replaced by rename: its successor's data goes before the metadata even
             // with journal=writeback, so write-then-rename never leaves an empty file.
-            self.replaced_by_rename = true;
+            self.building.replaced_by_rename();
             self.aging.make_due(src.ino); // ext4's auto_da_alloc
             if dst_dir {
                 let p = self.inode(newparent)?;
