@@ -135,7 +135,8 @@ fn check(
         let bs = geo.block_size as u64;
         let mut bm = vec![0u8; (geo.bitmap_blocks as u64 * bs) as usize];
         dev.read_at(geo.bitmap_block(g) * bs, &mut bm)?;
-        // metadata blocks (and the journal, in group 0) are marked used in the bitmap
+        // metadata blocks (and the journal and the byte log, in group 0) are marked used in the
+        // bitmap
         free_runs_in(
             &bm,
             geo.meta_blocks() as u64,

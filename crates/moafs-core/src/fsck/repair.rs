@@ -6,10 +6,10 @@ use super::walk::{Checker, Fix};
 use crate::error::FsResult;
 use crate::format::{bitmap_crc, DirBlock, DiskInode, Superblock, INODE_BYTES};
 
-/// Rewrites bitmaps, group counters and link counts from what the walk reached.
 /// Applies the structural fixes: directory blocks rewritten, parents corrected, and every
-/// inode slot the walk did not reach emptied (damaged or orphaned inodes; their blocks become
-/// free with the bitmaps rebuilt below).
+/// inode slot the walk did not reach emptied (damaged or unreachable inodes — orphans are
+/// reached, by `Checker::orphans`; their blocks become free with the bitmaps `rebuild`
+/// writes).
 fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
     let geo = ck.geo;
     let bs = geo.block_size as u64;
@@ -104,6 +104,8 @@ fn salvage(ck: &mut Checker<'_>) -> FsResult<()> {
     Ok(())
 }
 
+/// After `salvage`: rewrites link counts (and the block counts, sizes and parents `salvage`
+/// set), bitmaps, group counters and every superblock from what the walk reached.
 pub(super) fn rebuild(ck: &mut Checker<'_>, sb: &Superblock) -> FsResult<()> {
     salvage(ck)?;
     let geo = ck.geo;

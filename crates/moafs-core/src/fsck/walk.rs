@@ -37,7 +37,7 @@ pub(super) struct Checker<'a> {
     pub(super) layout: Layout,
 }
 
-/// A structural repair `rebuild` applies. Where a directory block sits: (dir, index, block).
+/// A structural repair `salvage` applies (in `rebuild`). Where a directory block sits: (dir, index, block).
 #[derive(Debug, Clone)]
 pub(super) enum Fix {
     /// A directory block that does not decode becomes empty (its entries are lost).
