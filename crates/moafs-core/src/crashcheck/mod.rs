@@ -10,8 +10,8 @@
 //! * the **flush point**: the durable image `D_i`, none of the interval's writes;
 //! * seeded **random cuts**: `D_i` plus each write of the interval kept with probability ½,
 //!   one kept write torn at a sector — the draw of `FaultDevice::crash_image` with
-//!   `CutMode::Random`, repeated here because that device keeps a live run's writes, not a
-//!   log's. Kept writes are applied in issue order. Duplicate draws are checked once.
+//!   `CutMode::Random` (the same function, `device::random_cut`, given the log's writes).
+//!   Kept writes are applied in issue order. Duplicate draws are checked once.
 //!
 //! `D_i` is built once and advanced interval by interval; every state is a copy-on-write view
 //! of it ([`CowDevice`]), so a state costs the pages its checks write, not an image.
@@ -23,12 +23,13 @@
 //! sync holds them); unmount; `fsck -n` clean again. One exception, counted apart:
 //! through the kernel a file may be unlinked while a handle still holds it (FUSE sends RELEASE
 //! after close(2) returned), and a commit then writes an inode without links — an orphan,
-//! which the next mount frees (docs/DESIGN.md). `fsck -n` of the crash image reports it as an
-//! error (an unreachable inode, and its blocks as leaked); when those are its only errors
-//! and fsck after the mount is clean, the state passes and is counted as an orphan state.
+//! which the next mount frees (docs/DESIGN.md). `fsck -n` of the crash image counts it apart
+//! from its errors (`FsckReport::orphans`: an allocated inode without links, its blocks its
+//! own); when fsck after the mount is clean and finds no orphan left, the state passes and is
+//! counted as an orphan state.
 //!
-//! Which promises are in force. A promise lives in the log from its `Fsynced` record to the
-//! inode's next `Mutated` record. A state of interval `i` whose last kept write is record `L`
+//! Which promises are in force. A promise lives in the log from its `Fsynced` record (a
+//! sync's: from its `Sync` record) to the inode's next `Mutated` record. A state of interval `i` whose last kept write is record `L`
 //! could be the disk at any moment from `L` to the end of the interval `E` (a later flush
 //! would have made the dropped writes durable); whatever the moment, the promises alive then
 //! hold. So the state must satisfy every promise whose life overlaps `[L, E]`. A promise
@@ -94,8 +95,8 @@ pub struct CheckReport {
     pub random_cuts: u64,
     /// Promise checks made (a promise checked in each state it applies to).
     pub promise_checks: u64,
-    /// States whose `fsck -n` before the mount flagged only orphans (inodes unlinked while
-    /// open, and their blocks), which the mount freed (fsck after it clean): not findings.
+    /// States whose `fsck -n` before the mount found orphans (inodes unlinked while open) and
+    /// no error, which the mount freed (fsck after it clean, no orphan left): not findings.
     pub orphan_states: u64,
     pub findings: Vec<Finding>,
 }
