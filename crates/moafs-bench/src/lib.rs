@@ -14,6 +14,7 @@ pub mod hygiene;
 pub mod latency;
 pub mod managed;
 pub mod micro;
+pub mod outcome;
 pub mod postmark;
 pub mod procstat;
 pub mod readahead_exp;
@@ -41,11 +42,12 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
+pub use outcome::Outcome;
 use serde::Serialize;
 use stats::Summary;
 use std::collections::BTreeMap;
 use std::io;
-pub use workload::{named as workload, Outcome, Spec, WORKLOADS};
+pub use workload::{named as workload, Spec, WORKLOADS};
 
 /// The targets `moafs bench` knows.
 pub const TARGETS: &[(&str, &str)] = &[

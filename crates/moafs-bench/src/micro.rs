@@ -5,8 +5,8 @@
 //! (the harness drops caches there for scenario A).
 
 use crate::latency::Latencies;
+use crate::outcome::Outcome;
 use crate::target::{create_file, Fh, Mode, Target};
-use crate::workload::Outcome;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

@@ -4,8 +4,8 @@
 //! transactions each replace one random row's value — one commit, and so at least one fsync,
 //! per update.
 
+use crate::outcome::Outcome;
 use crate::target::Target;
-use crate::workload::Outcome;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;

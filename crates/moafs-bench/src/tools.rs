@@ -3,8 +3,8 @@
 //! mounted target and the tool installed (`moafs bench` says which is missing).
 
 use crate::latency::LatencySummary;
+use crate::outcome::Outcome;
 use crate::target::Target;
-use crate::workload::Outcome;
 use serde::Serialize;
 use std::io;
 use std::path::Path;

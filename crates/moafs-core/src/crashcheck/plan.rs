@@ -1,0 +1,191 @@
+//! The plan of a log: its flush intervals and their writes, the promises its fsyncs logged
+//! with their lives, the `Mutated` records by inode, and its syncs ([`plan`]); and the
+//! promises a sync makes, read from the durable image ([`sync_promises`]).
+
+use super::cow::CowDevice;
+use super::promise::{InodeState, Promise, Promised};
+use super::CheckReport;
+use crate::device::{BlockDevice, LogRecord, WriteLog};
+use crate::fs::MountOptions;
+use crate::Fs;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A flush interval: the writes between two flushes.
+pub(super) struct Interval {
+    /// Record index where the interval starts (its flush, or the first record after the base).
+    pub(super) start: usize,
+    /// Record index where it ends (the next flush, or the end of the log).
+    pub(super) end: usize,
+    /// Record indices of its writes, in order.
+    pub(super) writes: Vec<usize>,
+}
+
+/// The log cut into intervals and promises.
+pub(super) struct Plan {
+    pub(super) base: Vec<u8>,
+    pub(super) intervals: Vec<Interval>,
+    pub(super) promises: Vec<Promise>,
+    /// Inode → record indices of its `Mutated` records, in order.
+    pub(super) mutations: HashMap<u64, Vec<usize>>,
+    /// (`SyncStart`, `Sync`) record indices of each sync.
+    pub(super) syncs: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    /// Whether `ino` has a `Mutated` record in `(from, to)`.
+    fn mutated_between(&self, ino: u64, from: usize, to: usize) -> bool {
+        self.mutations.get(&ino).is_some_and(|m| {
+            let i = m.partition_point(|&x| x <= from);
+            m.get(i).is_some_and(|&x| x < to)
+        })
+    }
+
+    /// The first `Mutated` record of `ino` after `from` (`usize::MAX`: none).
+    fn next_mutation(&self, ino: u64, from: usize) -> usize {
+        self.mutations
+            .get(&ino)
+            .and_then(|m| m.get(m.partition_point(|&x| x <= from)).copied())
+            .unwrap_or(usize::MAX)
+    }
+}
+
+/// The promises of the sync `(start, end)` (also what a directory fsync promises: moafs
+/// answers one with a sync): every inode reachable in `image` (the durable image of the last
+/// flush before `end`, which holds every change made before `start`) that no `Mutated`
+/// record shows changed between `start` and `end` holds, from `end` until its next change,
+/// what it holds in `image` — a file its contents, every inode its mode, owner, link count
+/// and extended attributes, a directory its entries, a symlink its target. An image that
+/// does not mount gives none (its flush point is checked, and reported, as every state).
+pub(super) fn sync_promises(
+    plan: &Plan,
+    image: &Arc<Vec<u8>>,
+    start: usize,
+    end: usize,
+) -> Vec<Promise> {
+    let dev = Arc::new(CowDevice::new(image.clone()));
+    let Ok(fs) = Fs::mount(dev as Arc<dyn BlockDevice>, MountOptions::default()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut seen = HashSet::from([crate::fs::ROOT_INO]);
+    let mut todo = vec![crate::fs::ROOT_INO];
+    while let Some(ino) = todo.pop() {
+        let Ok(st) = InodeState::read(&fs, ino) else {
+            continue;
+        };
+        if let Some(entries) = &st.entries {
+            todo.extend(entries.values().filter(|&&i| seen.insert(i)));
+        }
+        if st.nlink > 0 && !plan.mutated_between(ino, start, end) {
+            out.push(Promise {
+                ino,
+                what: Promised::Inode(Arc::new(st)),
+                start: end,
+                end: plan.next_mutation(ino, end),
+            });
+        }
+    }
+    let _ = fs.unmount();
+    out
+}
+
+pub(super) fn plan(log: &WriteLog, report: &mut CheckReport) -> Result<Plan, String> {
+    let size = usize::try_from(log.device_bytes)
+        .map_err(|_| format!("device of {} bytes", log.device_bytes))?;
+    // the image is held in memory: a log of a device too large for it is refused, not a crash
+    let mut base = Vec::new();
+    base.try_reserve_exact(size).map_err(|_| {
+        format!(
+            "the recorded device has {size} bytes: too large to hold in memory (crashcheck keeps \
+             one image per flush point; record small images)"
+        )
+    })?;
+    base.resize(size, 0);
+    let mut intervals = vec![Interval {
+        start: 0,
+        end: 0,
+        writes: Vec::new(),
+    }];
+    let mut promises: Vec<Promise> = Vec::new();
+    let mut alive: HashMap<u64, usize> = HashMap::new();
+    let mut mutations: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut sync_starts = std::collections::VecDeque::new();
+    let mut syncs = Vec::new();
+    let mut base_done = false;
+    for (i, r) in log.records.iter().enumerate() {
+        report.records += 1;
+        let cur = intervals.len() - 1;
+        match r {
+            LogRecord::Base { offset, data } => {
+                if base_done {
+                    return Err(format!(
+                        "record {i}: a base block after the mount's first request"
+                    ));
+                }
+                let o = *offset as usize;
+                base[o..o + data.len()].copy_from_slice(data);
+                intervals[cur].start = i + 1;
+                continue;
+            }
+            LogRecord::Write { .. } => {
+                report.writes += 1;
+                intervals[cur].writes.push(i);
+            }
+            LogRecord::Flush => {
+                report.flushes += 1;
+                intervals[cur].end = i;
+                intervals.push(Interval {
+                    start: i,
+                    end: 0,
+                    writes: Vec::new(),
+                });
+            }
+            LogRecord::Fsynced { ino, size, crc } => {
+                report.promises += 1;
+                if let Some(p) = alive.remove(ino) {
+                    promises[p].end = i;
+                }
+                alive.insert(*ino, promises.len());
+                promises.push(Promise {
+                    ino: *ino,
+                    what: Promised::Contents {
+                        size: *size,
+                        crc: *crc,
+                    },
+                    start: i,
+                    end: usize::MAX,
+                });
+            }
+            LogRecord::Mutated { ino } => {
+                if let Some(p) = alive.remove(ino) {
+                    promises[p].end = i;
+                }
+                mutations.entry(*ino).or_default().push(i);
+            }
+            LogRecord::SyncStart => sync_starts.push_back(i),
+            LogRecord::Discard { .. } => report.discards += 1,
+            LogRecord::Sync => {
+                report.syncs += 1;
+                // concurrent syncs: the k-th to return is paired with the k-th to start, whose
+                // start is at or before the latest start of the k that returned
+                let start = sync_starts
+                    .pop_front()
+                    .ok_or_else(|| format!("record {i}: a sync end without its start"))?;
+                syncs.push((start, i));
+            }
+            LogRecord::End => report.complete = true,
+        }
+        base_done = true;
+    }
+    if let Some(last) = intervals.last_mut() {
+        last.end = log.records.len();
+    }
+    Ok(Plan {
+        base,
+        intervals,
+        promises,
+        mutations,
+        syncs,
+    })
+}
