@@ -20,7 +20,8 @@
 //! SEEK_DATA/SEEK_HOLE (the kernel's generic lseek answers), fallocate modes other than
 //! allocation and punching holes.
 
-use crate::{negative_attr, uring, xattr_reply, Adapter, MountConfig, Transport};
+use crate::reply::{negative_attr, xattr_reply};
+use crate::{uring, Adapter, MountConfig, Transport};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyData, ReplyDirectory,

@@ -19,10 +19,8 @@
 //! SEEK_DATA/SEEK_HOLE (the kernel's generic one answers), copy_file_range (the kernel
 //! copies), times of symbolic links, inode generations (always 0).
 
-use crate::{
-    from_system_time, negative_attr, to_system_time, uring, xattr_reply, Adapter, MountConfig,
-    Transport,
-};
+use crate::reply::{negative_attr, xattr_reply};
+use crate::{from_system_time, to_system_time, uring, Adapter, MountConfig, Transport};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyData, ReplyDirectory,
