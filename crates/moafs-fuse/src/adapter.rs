@@ -3,7 +3,7 @@
 //! are in `adapter/requests.rs`.
 
 use crate::convert::{errno, file_attr, unprivileged_groups};
-use crate::{late, Adapter, MountConfig, Transport};
+use crate::{late, reply, Adapter, MountConfig, Transport};
 use fuser::{FileHandle, Generation, INodeNo, ReplyEmpty, ReplyEntry, Request};
 use moafs_core::fs::{Attr, SetAttr};
 use moafs_core::{Fs, FsError};
@@ -121,11 +121,9 @@ impl MoafsFuse {
         }
     }
 
+    /// [`reply::empty`] with the engine's error as errno.
     fn empty(reply: ReplyEmpty, res: Result<(), FsError>) {
-        match res {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply::empty(reply, res.map_err(|e| errno(&e)));
     }
 }
 

@@ -20,7 +20,7 @@
 //! SEEK_DATA/SEEK_HOLE (the kernel's generic lseek answers), fallocate modes other than
 //! allocation and punching holes.
 
-use crate::reply::{negative_attr, xattr_reply};
+use crate::reply::{empty, negative_attr, xattr_reply};
 use crate::{uring, Adapter, MountConfig, Transport};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -605,13 +605,6 @@ impl Memfs {
     ) -> Result<FileAttr, Errno> {
         let node = Node::new(kind, (perm & 0o7777) as u16, req.uid(), req.gid(), body);
         self.table().create(parent.0, name.as_bytes(), node)
-    }
-}
-
-fn empty(reply: ReplyEmpty, res: Result<(), Errno>) {
-    match res {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
     }
 }
 

@@ -19,7 +19,7 @@
 //! SEEK_DATA/SEEK_HOLE (the kernel's generic one answers), copy_file_range (the kernel
 //! copies), times of symbolic links, inode generations (always 0).
 
-use crate::reply::{negative_attr, xattr_reply};
+use crate::reply::{empty, negative_attr, xattr_reply};
 use crate::{from_system_time, to_system_time, uring, Adapter, MountConfig, Transport};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -1117,13 +1117,6 @@ impl Filesystem for Passthrough {
             .map_err(errno)
         })();
         empty(reply, res);
-    }
-}
-
-fn empty(reply: ReplyEmpty, res: Result<(), Errno>) {
-    match res {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
     }
 }
 

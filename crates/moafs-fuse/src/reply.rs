@@ -1,6 +1,6 @@
 //! Replies the adapters share (moafs, [`crate::memfs`], [`crate::passthrough`]).
 
-use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyXattr};
+use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyEmpty, ReplyXattr};
 use std::time::UNIX_EPOCH;
 
 /// Attributes of a negative entry (node 0): only the timeout matters to the kernel.
@@ -36,5 +36,13 @@ pub(crate) fn xattr_reply(reply: ReplyXattr, data: &[u8], size: u32) {
         reply.error(Errno::ERANGE);
     } else {
         reply.data(data);
+    }
+}
+
+/// Answers a request whose reply carries nothing: success, or the error.
+pub(crate) fn empty(reply: ReplyEmpty, res: Result<(), Errno>) {
+    match res {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
     }
 }
