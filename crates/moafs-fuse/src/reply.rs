@@ -1,4 +1,5 @@
-//! Replies the adapters share (moafs, [`crate::memfs`], [`crate::passthrough`]).
+//! Replies the adapters share (moafs, [`crate::memfs`], [`crate::passthrough`]): a negative
+//! entry, an extended attribute's value or size, and a reply that carries nothing.
 
 use fuser::{Errno, FileAttr, FileType, INodeNo, ReplyEmpty, ReplyXattr};
 use std::time::UNIX_EPOCH;

@@ -183,8 +183,8 @@ fn abort_connection(mountpoint: &Path) -> io::Result<()> {
 /// Mounts the adapter that `make` builds on `mountpoint`, calls `ready` once the mount is live,
 /// serves requests until the file system is unmounted (by `umount`/`fusermount3 -u`, or by
 /// SIGINT/SIGTERM/SIGHUP, which this function handles), and returns once the session has ended.
-/// This is the transport shared by moafs and the passthrough floor target: threads, io_uring
-/// or /dev/fuse (with polling), bdi tuning, I/O-flusher marking, signals.
+/// This is the transport shared by moafs, the passthrough floor target and the memfs ceiling:
+/// threads, io_uring or /dev/fuse (with polling), bdi tuning, I/O-flusher marking, signals.
 ///
 /// `make` gets the configuration as it will be used (`uring` off when io_uring cannot be
 /// used). `probe` gives the io_uring transport a way to tell whether a large READ continues
