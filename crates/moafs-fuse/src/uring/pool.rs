@@ -24,7 +24,8 @@
 //! queue's SCHED_IDLE thread: they sleep in the commit's wait, and the commit they run is
 //! work every syncing caller waits for.
 
-use super::{pin_to_cpu, Entry, Inbox, Servant};
+use super::server::{pin_to_cpu, Inbox, Servant};
+use super::Entry;
 use fuser::{Dispatcher, Filesystem};
 use std::collections::VecDeque;
 use std::io;
