@@ -13,7 +13,7 @@ pub fn populated(needs_replay: bool) -> &'static [u8] {
     let cell = if needs_replay { &NEEDS_REPLAY } else { &CLEAN };
     cell.get_or_init(|| {
         let img = moafs_core::fuzzing::populated_image(needs_replay);
-        let sb = moafs_core::fs::read_superblock(&MemDevice::from_bytes(img.clone()))
+        let sb = moafs_core::recovery::read_superblock(&MemDevice::from_bytes(img.clone()))
             .expect("superblock");
         let bs = sb.block_size as usize;
         let _ = JOURNAL_BYTES.set((

@@ -146,7 +146,7 @@ pub fn patch(base: &[u8], data: &[u8]) -> Vec<u8> {
 /// headers, every live inode, directory block, indirect block and xattr block.
 pub fn structures(image: &[u8]) -> Vec<Structure> {
     let dev = MemDevice::from_bytes(image.to_vec());
-    let Ok(sb) = crate::fs::read_superblock(&dev) else {
+    let Ok(sb) = crate::recovery::read_superblock(&dev) else {
         return vec![Structure::Superblock];
     };
     let bounds = Bounds::from_superblock(&sb);
@@ -254,7 +254,7 @@ pub const EDIT_BYTES: usize = 11;
 /// then the structure's crc is stored again. Returns the damaged structures.
 pub fn damage(image: &mut [u8], structures: &[Structure], data: &[u8]) -> Vec<Structure> {
     let mut touched = Vec::new();
-    let Ok(sb) = crate::fs::read_superblock(&MemDevice::from_bytes(image.to_vec())) else {
+    let Ok(sb) = crate::recovery::read_superblock(&MemDevice::from_bytes(image.to_vec())) else {
         return touched;
     };
     let geo = Geometry::from_superblock(&sb);

@@ -590,10 +590,10 @@ mod writeback {
         );
         let image = fault.crash_image(CutMode::DropAll).expect("image");
         let dev = Arc::new(MemDevice::from_bytes(image));
-        let sb = moafs_core::fs::read_superblock(dev.as_ref()).expect("superblock");
+        let sb = moafs_core::recovery::read_superblock(dev.as_ref()).expect("superblock");
         assert_eq!(sb.bytelog_first, 0);
         assert_eq!(sb.features_incompat & FEATURE_BYTELOG_WB, 0);
-        let live = moafs_core::fs::read_live_records(dev.as_ref(), &sb, None).expect("read");
+        let live = moafs_core::recovery::read_live_records(dev.as_ref(), &sb, None).expect("read");
         assert!(live.records.is_empty(), "{live:?}");
         let (fs2, got) = recover(dev.snapshot(), ino, model.len());
         assert!(got == model, "a logged update was lost at unmount");

@@ -60,7 +60,7 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     .unwrap();
     fs.symlink(ROOT_INO, b"link", b"big", ME).unwrap();
     fs.unmount().unwrap();
-    let sb = moafs_core::fs::read_superblock(mem.as_ref()).unwrap();
+    let sb = moafs_core::recovery::read_superblock(mem.as_ref()).unwrap();
     let g = moafs_core::format::Geometry::from_superblock(&sb);
     let bounds = moafs_core::format::Bounds::from_superblock(&sb);
     // Find the blocks of a directory, an indirect block and the xattr block through fsck's
@@ -160,9 +160,9 @@ fn damaged_journal_transaction_is_never_half_applied() {
     fs.sync().unwrap();
     let image = fault.crash_image(CutMode::DropAll).unwrap();
     drop(fs);
-    let sb = moafs_core::fs::read_superblock(&MemDevice::from_bytes(image.clone())).unwrap();
+    let sb = moafs_core::recovery::read_superblock(&MemDevice::from_bytes(image.clone())).unwrap();
     let plan =
-        moafs_core::fs::journal::plan_replay(&MemDevice::from_bytes(image.clone()), &sb).unwrap();
+        moafs_core::recovery::plan_replay(&MemDevice::from_bytes(image.clone()), &sb).unwrap();
     assert!(plan.transactions > 0, "the image needs no replay");
     assert!(!exercise(image.clone(), "intact journal"));
     let mut rng = StdRng::seed_from_u64(7);
@@ -316,7 +316,7 @@ fn names(base: &[u8]) -> (u64, u64, u64, u64) {
 }
 
 fn superblock_of(img: &[u8]) -> moafs_core::format::Superblock {
-    moafs_core::fs::read_superblock(&MemDevice::from_bytes(img.to_vec())).unwrap()
+    moafs_core::recovery::read_superblock(&MemDevice::from_bytes(img.to_vec())).unwrap()
 }
 
 /// Changes inode `ino` of `img` with `f` and stores it with a valid crc.

@@ -916,9 +916,9 @@ fn check_image(ctx: &Ctx, image: Vec<u8>, tier: Option<Vec<u8>>, win: &Window, w
         r.errors
     );
     let r0_orphans = r.orphans;
-    let sb = moafs_core::fs::read_superblock(dev.as_ref()).expect("superblock");
+    let sb = moafs_core::recovery::read_superblock(dev.as_ref()).expect("superblock");
     let plan =
-        moafs_core::fs::journal::plan_replay_with(dev.as_ref(), &sb, nvm).expect("journal scan");
+        moafs_core::recovery::plan_replay_with(dev.as_ref(), &sb, nvm).expect("journal scan");
     let replay = format!(
         "superblock journal_seq {}, state {}; replay: {} transaction(s) up to {}, {} byte-log \
          record(s)",
@@ -1453,8 +1453,9 @@ fn crash_during_replay() {
         fs.fsync(x.ino, false).unwrap();
         let image = fault.crash_image(CutMode::DropAll).expect("image");
         drop(fs);
-        let sb = moafs_core::fs::read_superblock(&MemDevice::from_bytes(image.clone())).unwrap();
-        let plan = moafs_core::fs::journal::plan_replay_with(
+        let sb =
+            moafs_core::recovery::read_superblock(&MemDevice::from_bytes(image.clone())).unwrap();
+        let plan = moafs_core::recovery::plan_replay_with(
             &MemDevice::from_bytes(image.clone()),
             &sb,
             None,

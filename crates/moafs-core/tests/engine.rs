@@ -403,7 +403,7 @@ fn corrupt_images_are_refused_cleanly() {
     assert!(matches!(e, FsError::NotMoafs { .. }), "{e}");
     // a flipped bit in the root inode
     let dev = new_dev(8 << 20);
-    let geo = moafs_core::fs::read_superblock(dev.as_ref())
+    let geo = moafs_core::recovery::read_superblock(dev.as_ref())
         .map(|sb| moafs_core::format::Geometry::from_superblock(&sb))
         .unwrap();
     let mut img = dev.snapshot();
@@ -1061,7 +1061,8 @@ fn norecovery_shows_the_image_as_it_lies_and_writes_nothing() {
 /// on a read-only mount.
 #[test]
 fn label_is_set_online_and_reaches_the_backups() {
-    use moafs_core::fs::{read_superblock, MountOptions};
+    use moafs_core::fs::MountOptions;
+    use moafs_core::recovery::read_superblock;
     use std::sync::Arc;
     let dev = new_dev(160 << 20); // two groups: a backup superblock in the second
     let fs = mount(&dev);

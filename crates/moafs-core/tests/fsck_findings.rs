@@ -34,7 +34,7 @@ fn image() -> Image {
     let big = fs.create(ROOT_INO, b"big", 0o644, ME).unwrap();
     fs.write(big.ino, 0, &vec![3; 20 * BS]).unwrap();
     fs.unmount().unwrap();
-    let sb = moafs_core::fs::read_superblock(dev.as_ref()).unwrap();
+    let sb = moafs_core::recovery::read_superblock(dev.as_ref()).unwrap();
     Image {
         bytes: dev.snapshot(),
         geo: Geometry::from_superblock(&sb),

@@ -356,7 +356,7 @@ fn needs_replay(image: &Path) -> bool {
     };
     moafs_core::device::FileDevice::open(image, opts)
         .ok()
-        .and_then(|dev| moafs_core::fs::read_superblock(&dev).ok())
+        .and_then(|dev| moafs_core::recovery::read_superblock(&dev).ok())
         .is_some_and(|sb| sb.state != moafs_core::format::STATE_CLEAN && sb.has_journal())
 }
 

@@ -23,7 +23,7 @@ fn image() -> (Vec<u8>, Geometry, u64, u64) {
     let b = fs.create(ROOT_INO, b"b", 0o644, Caller::ROOT).unwrap();
     fs.write(b.ino, 0, b"b").unwrap();
     fs.unmount().unwrap();
-    let sb = moafs_core::fs::read_superblock(dev.as_ref()).unwrap();
+    let sb = moafs_core::recovery::read_superblock(dev.as_ref()).unwrap();
     (dev.snapshot(), Geometry::from_superblock(&sb), a.ino, b.ino)
 }
 

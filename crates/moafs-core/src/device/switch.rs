@@ -29,7 +29,7 @@ struct Faults {
 }
 
 fn size(s: &str) -> Option<u64> {
-    crate::parse_size(s).ok()
+    crate::units::parse_size(s).ok()
 }
 
 impl Faults {

@@ -6,6 +6,7 @@
 //! own; the two bitmaps of a group are covered by crcs kept in the group header. Decoders never
 //! panic on bad bytes: they return `FsError::Corrupt` naming the structure and block.
 
+pub mod bitmap;
 pub mod bytelog;
 mod dir;
 pub mod fuzzing;

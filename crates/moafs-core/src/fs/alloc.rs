@@ -8,6 +8,7 @@
 //! can touch a block that already holds another file's data. Inode numbers follow the same
 //! two-step rule.
 
+use crate::format::bitmap::{bit, find_clear, free_extents, set_bit};
 use crate::format::{Geometry, GroupHeader};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -21,7 +22,7 @@ pub(crate) struct Group {
     /// No free block below this group-relative index (a search hint; lowered on free).
     pub block_hint: u64,
     /// The group's free extents, kept beside the bitmap (co-writing's run search).
-    pub runs: FreeRuns,
+    pub runs: FreeRunIndex,
 }
 
 /// The free extents of one group (group-relative), indexed by start and by length, so that
@@ -29,7 +30,7 @@ pub(crate) struct Group {
 /// bitmap: O(N log E) for E extents. Derived from the bitmap at mount and changed with it;
 /// blocks waiting in a pending free are not free here either.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct FreeRuns {
+pub(crate) struct FreeRunIndex {
     /// Kept only with co-writing on (its one user); else empty and never searched.
     enabled: bool,
     /// Lengths of N or more share one bucket.
@@ -39,15 +40,15 @@ pub(crate) struct FreeRuns {
     by_len: BTreeSet<(u64, u64)>,
 }
 
-impl FreeRuns {
+impl FreeRunIndex {
     /// An index that is not kept (co-writing off).
-    pub fn disabled() -> FreeRuns {
-        FreeRuns::default()
+    pub fn disabled() -> FreeRunIndex {
+        FreeRunIndex::default()
     }
 
     /// The free extents of `bitmap` in `[from, to)`; lengths of `cap` or more share a bucket.
-    pub fn build(bitmap: &[u8], from: u64, to: u64, cap: u64) -> FreeRuns {
-        let mut r = FreeRuns {
+    pub fn build(bitmap: &[u8], from: u64, to: u64, cap: u64) -> FreeRunIndex {
+        let mut r = FreeRunIndex {
             enabled: true,
             cap: cap.max(2),
             ..Default::default()
@@ -142,81 +143,6 @@ impl FreeRuns {
     pub fn extents(&self) -> Vec<(u64, u64)> {
         self.by_start.iter().map(|(s, l)| (*s, *l)).collect()
     }
-}
-
-pub(crate) fn bit(map: &[u8], i: u64) -> bool {
-    map[(i / 8) as usize] & (1 << (i % 8)) != 0
-}
-
-pub(crate) fn set_bit(map: &mut [u8], i: u64, v: bool) {
-    let byte = &mut map[(i / 8) as usize];
-    if v {
-        *byte |= 1 << (i % 8);
-    } else {
-        *byte &= !(1 << (i % 8));
-    }
-}
-
-/// First bit equal to `set` in `[from, to)`, skipping whole 64-bit words and bytes of the
-/// other value quickly.
-fn find_bit(map: &[u8], from: u64, to: u64, set: bool) -> Option<u64> {
-    let (skip_word, skip_byte) = if set { (0, 0) } else { (u64::MAX, 0xff) };
-    let mut i = from;
-    while i < to {
-        if i.is_multiple_of(64) && i + 64 <= to {
-            let at = (i / 8) as usize;
-            let word = u64::from_le_bytes(map[at..at + 8].try_into().unwrap_or([skip_byte; 8]));
-            if word == skip_word {
-                i += 64;
-                continue;
-            }
-            let run = if set {
-                word.trailing_zeros()
-            } else {
-                word.trailing_ones()
-            };
-            return Some(i + u64::from(run));
-        }
-        if i.is_multiple_of(8) && map[(i / 8) as usize] == skip_byte {
-            i += 8;
-            continue;
-        }
-        if bit(map, i) == set {
-            return Some(i);
-        }
-        i += 1;
-    }
-    None
-}
-
-/// First clear bit in `[from, to)`.
-pub(crate) fn find_clear(map: &[u8], from: u64, to: u64) -> Option<u64> {
-    find_bit(map, from, to, false)
-}
-
-/// First set bit in `[from, to)`.
-pub(crate) fn find_set(map: &[u8], from: u64, to: u64) -> Option<u64> {
-    find_bit(map, from, to, true)
-}
-
-/// Clear bits (free blocks or inodes) in `[0, len)`.
-pub(crate) fn count_clear(map: &[u8], len: u64) -> u64 {
-    free_extents(map, 0, len).map(|(_, n)| n).sum()
-}
-
-/// The runs of clear bits (free blocks) in `[from, to)` as (start, length), in order.
-pub(crate) fn free_extents(
-    map: &[u8],
-    from: u64,
-    to: u64,
-) -> impl Iterator<Item = (u64, u64)> + '_ {
-    let mut i = from;
-    std::iter::from_fn(move || {
-        let s = find_clear(map, i, to)?;
-        let e = find_set(map, s, to).unwrap_or(to);
-        i = e;
-        Some((s, e - s))
-    })
 }
 
 pub(crate) struct Allocator {
@@ -364,7 +290,7 @@ impl Allocator {
     }
 
     /// A free run of the group for `want` blocks near `goal` (absolute block numbers), as
-    /// `FreeRuns::find`; nothing is allocated.
+    /// `FreeRunIndex::find`; nothing is allocated.
     pub fn find_run(&self, g: u32, want: u64, goal: u64) -> Option<(u64, u64)> {
         let start = self.geo.group_start(g);
         let rel = goal.saturating_sub(start);
@@ -598,7 +524,7 @@ mod tests {
         let len = 700;
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         let mut map = map_with(&[], len);
-        let mut runs = FreeRuns::build(&map, 3, len, 8);
+        let mut runs = FreeRunIndex::build(&map, 3, len, 8);
         for i in 0..3 {
             set_bit(&mut map, i, true);
         }
@@ -614,7 +540,7 @@ mod tests {
                 (at..at + n).for_each(|i| set_bit(&mut map, i, false));
                 runs.free(at, n);
             }
-            let want = FreeRuns::build(&map, 3, len, 8);
+            let want = FreeRunIndex::build(&map, 3, len, 8);
             assert_eq!(runs.extents(), want.extents(), "step {step}");
             assert_eq!(runs.by_len, want.by_len, "step {step}");
         }
@@ -629,7 +555,7 @@ mod tests {
                 !((10..13).contains(i) || (20..22).contains(i) || *i == 30 || (40..60).contains(i))
             })
             .collect();
-        let runs = FreeRuns::build(&map_with(&used, len), 0, len, 8);
+        let runs = FreeRunIndex::build(&map_with(&used, len), 0, len, 8);
         // Whole runs for 2 blocks at or after the goal, wrapping to the start.
         assert_eq!(runs.find(2, 0), Some((10, 3)));
         assert_eq!(runs.find(2, 11), Some((20, 2)));

@@ -1,9 +1,11 @@
 //! Write-behind: the new blocks of large files go to the device between commits, outside
 //! the engine lock, while the FUSE threads go on filling the cache.
 //!
-//! A commit writes its data under the engine lock, so without write-behind every incoming
-//! WRITE waits while a commit's tens of MiB go to the device. Write-behind splits off the
-//! part that needs no lock: (A) under the lock, the dirty whole blocks without a disk address
+//! A commit writes everything dirtied since the last one in its own phase (B): without
+//! write-behind a streaming writer's tens of MiB wait for the write-back timer, the next
+//! fsync waits for all of them, and writers over the dirty threshold wait for that commit
+//! (`Fs::throttle`). Write-behind writes the new blocks of large files between commits, so a
+//! commit finds little file data left: (A) under the lock, the dirty whole blocks without a disk address
 //! of files larger than the direct blocks (never co-written) get their addresses as a commit
 //! would give them (`place_blocks`), and their buffers are snapshotted (an `Arc` each: cached
 //! bytes are never changed in place); (B) with the lock released, they are written in

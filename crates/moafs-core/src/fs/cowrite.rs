@@ -7,7 +7,7 @@
 //! case of small-file writes). For each directory, its files are bucketed by block count and
 //! taken smallest first; the run is the first free run of the group that holds all of them
 //! at or after the directory's last co-write, else the largest free run of at most N blocks
-//! (N = `cowrite_max` / block size), falling back N → 2 (`FreeRuns::find`); a batch is the
+//! (N = `cowrite_max` / block size), falling back N → 2 (`FreeRunIndex::find`); a batch is the
 //! prefix of the files that fits the run, and several batches follow while files and runs
 //! remain. Files that fit no run of two blocks are written back on their own afterwards.
 //!

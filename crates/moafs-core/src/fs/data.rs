@@ -1,4 +1,5 @@
-//! File data: the block cache, read, write, truncate and fallocate.
+//! File data: read, write, truncate and fallocate over the block cache (`cache.rs`), the
+//! cache's bound (eviction) and its spare buffers.
 //!
 //! `write` never chooses a disk address (delayed allocation): it fills cached blocks and
 //! *reserves* one data block for each newly dirty block that has none, so that ENOSPC is

@@ -24,10 +24,6 @@ use crate::format::Superblock;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-pub use crate::recovery::journal::{
-    plan_journal_replay, plan_replay, plan_replay_with, replay, replay_with, Replay,
-};
-
 /// Journal state while mounted.
 pub(crate) struct Journal {
     /// First block and length of the journal region.
@@ -269,7 +265,7 @@ impl Inner {
         for g in 0..geo.group_count {
             let init = self.alloc.groups[g as usize].hdr.itable_init as u64;
             for i in 0..init.min(geo.inodes_per_group as u64) {
-                if !super::alloc::bit(&self.alloc.groups[g as usize].ibitmap, i) {
+                if !crate::format::bitmap::bit(&self.alloc.groups[g as usize].ibitmap, i) {
                     continue;
                 }
                 let ino = g as u64 * geo.inodes_per_group as u64 + i + 1;

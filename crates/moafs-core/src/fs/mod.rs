@@ -5,23 +5,34 @@
 //! at write-back (`commit`), which chooses disk addresses only then (delayed allocation) and
 //! writes each file's dirty blocks in physically contiguous, vectored runs.
 //!
-//! Lock order: `Fs::commit_mx` (held by the one thread running a commit or a write-behind
-//! round, across its phases), then `Fs::inner` (the engine lock), then `Inner::io_gate` (a
-//! reader/writer gate that lets device reads of `Fs::read` and of warm passes (`fetch.rs`:
-//! the cache misses of other operations) run outside the engine lock while no commit can
-//! make their blocks reusable); device implementations have their own internal
-//! locks, taken last. Nobody waits for `commit_mx` while holding the engine lock. A commit
-//! plans under the engine lock, does its device I/O with it released and finishes under it
-//! again (`commit.rs`); fsyncs wait for the commit that covers them on `Fs::done`.
+//! Lock order (every lock of the engine and of the FUSE side, what it guards and where it is
+//! held across device I/O: the lock table of docs/DESIGN.md): the FUSE side's own locks
+//! are never held into the engine; `Fs::commit_mx` (held by the one thread running a
+//! committer job — a commit, a write-behind round, a byte-log batch, a checkpoint — across
+//! its phases), then `Fs::inner` (the engine lock), then `Inner::io_gate` (a reader/writer
+//! gate that lets device reads of `Fs::read` and of warm passes (`fetch.rs`: the cache
+//! misses of other operations) run outside the engine lock while no commit can make their
+//! blocks reusable), then the checkpoint view's map (`checkpoint.rs`); device
+//! implementations have their own internal locks, taken last. Nobody waits for `commit_mx`
+//! while holding the engine lock. A commit plans under the engine lock, does its device I/O
+//! with it released and finishes under it again (`commit.rs`); fsyncs wait for the commit
+//! that covers them on `Fs::done`.
+//!
+//! `Inner` is made of parts, each owned by one module with private fields: reservations
+//! (`space.rs`), epochs and commit timing (`epoch.rs`), the transaction being built
+//! (`commit::Building`), write-behind's mark (`behind::Behind`), co-writing's goals
+//! (`cowrite::Goals`), spare buffers (`data::Spares`), the cache's books
+//! (`cache::CacheBook`), the fetch of warm passes (`fetch::Fetch`), the checkpoints
+//! (`checkpoint::Checkpoints`), aging (`aging::Aging`), the journal and the byte log; the
+//! fields `Inner` still shares among the modules (inodes, directories, the allocator, the
+//! superblock, options, counters) are the namespace's and the format's state.
 
 pub mod acl;
 mod aging;
 mod alloc;
 mod api;
-pub(crate) use alloc::free_extents;
 mod behind;
 mod bytelog;
-pub use crate::recovery::{plan_bytelog_replay, read_live_records, ByteLogReplay, RecordTarget};
 mod cache;
 mod checkpoint;
 mod commit;
@@ -35,7 +46,6 @@ pub mod iflags;
 pub mod journal;
 pub mod label;
 mod mount;
-pub use crate::recovery::read_superblock;
 mod node;
 mod ops;
 mod promise;

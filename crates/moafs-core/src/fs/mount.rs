@@ -9,8 +9,9 @@ use super::{
 };
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
+use crate::format::bitmap::count_clear;
 use crate::format::{bitmap_crc, Geometry, GroupHeader, Superblock, STATE_CLEAN, STATE_MOUNTED};
-use crate::recovery::read_superblock;
+use crate::recovery::{self, read_superblock};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
@@ -43,9 +44,9 @@ impl Fs {
         if sb.state != STATE_CLEAN && sb.has_journal() && recover {
             let r = if opts.read_only {
                 // Nothing may be written: mount the replayed view through an overlay.
-                journal::plan_replay_with(dev.as_ref(), &sb, nvm)?
+                recovery::plan_replay_with(dev.as_ref(), &sb, nvm)?
             } else {
-                journal::replay_with(dev.as_ref(), &sb, nvm)?
+                recovery::replay_with(dev.as_ref(), &sb, nvm)?
             };
             last_seq = last_seq.max(r.last_seq);
             if opts.read_only && !r.blocks.is_empty() {
@@ -220,8 +221,8 @@ fn load_groups(
         }
         // the allocator subtracts from these counts: they must be the bitmaps' exactly (and
         // adds to `dirs`, a count of some of the inodes)
-        if hdr.free_blocks as u64 != alloc::count_clear(&bitmap, geo.group_len(g) as u64)
-            || hdr.free_inodes as u64 != alloc::count_clear(&ibitmap, geo.inodes_per_group as u64)
+        if hdr.free_blocks as u64 != count_clear(&bitmap, geo.group_len(g) as u64)
+            || hdr.free_inodes as u64 != count_clear(&ibitmap, geo.inodes_per_group as u64)
             || hdr.dirs > geo.inodes_per_group
         {
             return Err(FsError::corrupt(
@@ -231,13 +232,13 @@ fn load_groups(
             ));
         }
         let runs = match run_cap {
-            Some(cap) => alloc::FreeRuns::build(
+            Some(cap) => alloc::FreeRunIndex::build(
                 &bitmap,
                 geo.meta_blocks() as u64,
                 geo.group_len(g) as u64,
                 cap,
             ),
-            None => alloc::FreeRuns::disabled(),
+            None => alloc::FreeRunIndex::disabled(),
         };
         groups.push(Group {
             hdr,

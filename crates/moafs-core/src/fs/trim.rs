@@ -16,7 +16,7 @@
 
 use super::Fs;
 use crate::error::{FsError, FsResult};
-use crate::fs::alloc::free_extents;
+use crate::format::bitmap::free_extents;
 
 impl Fs {
     /// Discards the free blocks of bytes `[start, start + len)` of the device that lie in

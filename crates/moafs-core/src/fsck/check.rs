@@ -14,7 +14,7 @@ use crate::error::{FsError, FsResult};
 use crate::format::{
     bitmap_crc, Bounds, DiskInode, Geometry, GroupHeader, INODE_BYTES, STATE_CLEAN,
 };
-use crate::fs::read_superblock;
+use crate::recovery::read_superblock;
 use std::collections::HashMap;
 
 /// Checks (and with `repair`, fixes) the file system on `dev`. A journal that needs replaying
@@ -35,7 +35,7 @@ pub fn fsck_with(
     let mut targets = Vec::new();
     if sb.state != STATE_CLEAN && sb.has_journal() {
         if repair {
-            let r = crate::fs::journal::replay_with(dev, &sb, tier)?;
+            let r = crate::recovery::replay_with(dev, &sb, tier)?;
             if r.transactions > 0 {
                 // As a mount does: the floor past what was replayed, so that the next
                 // replay does not apply those transactions again over the repairs below.
@@ -56,7 +56,7 @@ pub fn fsck_with(
             }
             targets = r.bytelog.targets;
         } else {
-            let r = crate::fs::journal::plan_replay_with(dev, &sb, tier)?;
+            let r = crate::recovery::plan_replay_with(dev, &sb, tier)?;
             if r.transactions > 0 || r.bytelog.records > 0 {
                 let view = crate::device::OverlayDevice::new(dev, sb.block_size, r.blocks);
                 let mut report = check(&view, false, &r.bytelog.targets)?;
@@ -86,7 +86,7 @@ pub fn layout(dev: &dyn BlockDevice) -> FsResult<(Layout, FreeRuns)> {
 fn check(
     dev: &dyn BlockDevice,
     repair: bool,
-    targets: &[crate::fs::RecordTarget],
+    targets: &[crate::recovery::RecordTarget],
 ) -> FsResult<FsckReport> {
     let sb = read_superblock(dev)?;
     let geo = Geometry::from_superblock(&sb);

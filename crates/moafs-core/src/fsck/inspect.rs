@@ -5,7 +5,7 @@
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{Geometry, GroupHeader, STATE_CLEAN};
-use crate::fs::read_superblock;
+use crate::recovery::read_superblock;
 
 /// What `moafs inspect` prints.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -84,7 +84,7 @@ pub fn inspect_with(
     let (mut journal_replay, mut journal_error) = (None, None);
     let mut blocks = std::collections::BTreeMap::new();
     if home.state != STATE_CLEAN && home.has_journal() {
-        match crate::fs::journal::plan_journal_replay(dev, &home) {
+        match crate::recovery::plan_journal_replay(dev, &home) {
             Ok(r) => {
                 journal_replay = Some(r.transactions);
                 blocks = r.blocks;
@@ -157,7 +157,7 @@ pub fn inspect_with(
             let live = if sb.state == STATE_CLEAN {
                 Ok(Default::default())
             } else {
-                crate::fs::read_live_records(dev, &sb, tier)
+                crate::recovery::read_live_records(dev, &sb, tier)
             };
             ByteLogInfo {
                 start_block: sb.bytelog_start,

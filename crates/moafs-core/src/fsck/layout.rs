@@ -53,7 +53,7 @@ pub struct FreeRuns {
 
 /// Free runs of one group's bitmap (bit set = used), data area `[from, to)`.
 pub fn free_runs_in(bitmap: &[u8], from: u64, to: u64, acc: &mut FreeRuns) {
-    for (_, len) in crate::fs::free_extents(bitmap, from, to) {
+    for (_, len) in crate::format::bitmap::free_extents(bitmap, from, to) {
         acc.free_blocks += len;
         acc.runs += 1;
         acc.largest = acc.largest.max(len);
