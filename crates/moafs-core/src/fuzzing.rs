@@ -3,10 +3,11 @@
 //! require only that nothing panics or hangs and that fsck's repairs hold.
 
 use crate::device::{BlockDevice, MemDevice};
+use crate::error::FsResult;
+use crate::format::blockmap::{walk, MapVisitor};
 use crate::format::fuzzing::Structure;
 use crate::format::{
     decode_indirect, Bounds, DiskInode, Geometry, GroupHeader, XattrBlock, XattrHead, INODE_BYTES,
-    N_DIRECT,
 };
 use crate::fs::{FileKind, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT_INO};
 use crate::Fs;
@@ -196,28 +197,33 @@ fn inode_structures<'a>(
     out: &mut Vec<Structure>,
 ) {
     let is_dir = d.mode & libc::S_IFMT == libc::S_IFDIR;
-    let mut data: Vec<(u64, u64)> = d
-        .direct
-        .iter()
-        .enumerate()
-        .filter(|p| *p.1 != 0)
-        .map(|(i, p)| (i as u64, *p as u64))
-        .collect();
-    // the single indirect block only: enough to damage one and reach the rest of the map
-    if d.indirect[0] != 0 {
-        let b = d.indirect[0] as u64;
-        out.push(Structure::Indirect { block: b });
-        if let Some(ptrs) = block(b).and_then(|x| decode_indirect(x, b, bounds).ok()) {
-            for (i, p) in ptrs.iter().enumerate().filter(|p| *p.1 != 0) {
-                data.push(((N_DIRECT + i) as u64, *p as u64));
-            }
+    /// Every root indirect block is a structure; the walk goes below the single one only:
+    /// enough to damage one and reach the rest of the map.
+    struct Roots<'o, 'b, 'x> {
+        out: &'o mut Vec<Structure>,
+        block: &'b dyn Fn(u64) -> Option<&'x [u8]>,
+        bounds: &'b Bounds,
+        data: Vec<(u64, u64)>,
+    }
+    impl MapVisitor for Roots<'_, '_, '_> {
+        fn indirect(&mut self, b: u64, level: usize) -> FsResult<Option<Vec<u32>>> {
+            self.out.push(Structure::Indirect { block: b });
+            Ok((level == 0)
+                .then(|| (self.block)(b).and_then(|x| decode_indirect(x, b, self.bounds).ok()))
+                .flatten())
+        }
+        fn data(&mut self, logical: u64, physical: u64) {
+            self.data.push((logical, physical));
         }
     }
-    for b in [d.indirect[1], d.indirect[2]] {
-        if b != 0 {
-            out.push(Structure::Indirect { block: b as u64 });
-        }
-    }
+    let mut v = Roots {
+        out,
+        block,
+        bounds,
+        data: Vec::new(),
+    };
+    let _ = walk(d, bounds.geo.block_size, &mut v); // (the visitor never fails)
+    let Roots { out, data, .. } = v;
     if is_dir {
         for (index, b) in data {
             out.push(Structure::Dir {

@@ -166,8 +166,7 @@ impl Bounds {
 
     /// Blocks a file can map: 12 direct, then single, double and triple indirect.
     pub fn max_file_blocks(&self) -> u64 {
-        let p = super::ptrs_per_block(self.geo.block_size);
-        super::N_DIRECT as u64 + p + p * p + p * p * p
+        super::blockmap::max_file_blocks(self.geo.block_size)
     }
 
     /// Largest `size` an inode may have.

@@ -7,6 +7,7 @@
 //! panic on bad bytes: they return `FsError::Corrupt` naming the structure and block.
 
 pub mod bitmap;
+pub mod blockmap;
 pub mod bytelog;
 mod dir;
 pub mod fuzzing;

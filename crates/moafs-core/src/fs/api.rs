@@ -402,8 +402,15 @@ impl Fs {
         self.live()?;
         let mut g = self.lock();
         let bs = g.bs() as u64;
-        let size = g.inode(ino)?.d.size;
-        (0..size.div_ceil(bs)).map(|i| g.bmap(ino, i)).collect()
+        let blocks = g.inode(ino)?.d.size.div_ceil(bs);
+        let mut map = vec![0; blocks as usize];
+        for r in g.map_runs(ino)? {
+            let (from, to) = (r.logical.min(blocks), (r.logical + r.len).min(blocks));
+            for (k, slot) in map[from as usize..to as usize].iter_mut().enumerate() {
+                *slot = r.physical + k as u64;
+            }
+        }
+        Ok(map)
     }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {

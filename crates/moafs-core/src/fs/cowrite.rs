@@ -220,17 +220,15 @@ impl Inner {
                 relocated += 1;
             }
             let mut unreserved = 0;
-            self.inode(ino)?;
-            let node = self.inodes.get_mut(&ino).expect("loaded above");
             for (idx, o) in old.iter().enumerate() {
-                node.d.direct[idx] = phys as u32;
+                self.set_bmap(ino, idx as u64, phys)?; // a direct slot: nothing to allocate
+                let node = self.inodes.get_mut(&ino).expect("set_bmap loaded it");
                 if *o == 0 {
                     node.d.blocks += 1;
                 }
                 unreserved += node.cache.mark_clean(&mut self.book, ino, idx as u64) as u64;
                 phys += 1;
             }
-            node.dirty = true;
             self.release_reserved(unreserved);
         }
         if relocated > 0 && !self.building.is_small() {

@@ -8,10 +8,10 @@
 
 use super::cache::Block;
 use super::cache::{units_changed, units_changed_at, units_of, Change, Units};
-use super::node::max_file_blocks;
 use super::{Inner, JournalMode, Timespec};
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
+use crate::format::blockmap::max_file_blocks;
 use std::sync::Arc;
 
 impl Inner {

@@ -5,6 +5,7 @@ use super::cache::BlockCache;
 use super::dir::Dir;
 use super::Inner;
 use crate::error::{FsError, FsResult};
+use crate::format::blockmap::{self, bpath, BPath, Run};
 use crate::format::bytelog::InodeAttrs;
 use crate::format::{decode_indirect, ptrs_per_block, Bounds, DiskInode, N_DIRECT};
 use std::collections::{BTreeMap, HashSet};
@@ -87,40 +88,6 @@ impl Inode {
 pub(crate) struct IndBlock {
     pub ptrs: Vec<u32>,
     pub dirty: bool,
-}
-
-/// Where logical block `idx` hangs: a direct slot, or a root pointer and the path below it.
-pub(crate) enum BPath {
-    Direct(usize),
-    Indirect { level: usize, offsets: Vec<usize> },
-}
-
-pub(crate) fn max_file_blocks(block_size: u32) -> u64 {
-    let p = ptrs_per_block(block_size);
-    N_DIRECT as u64 + p + p * p + p * p * p
-}
-
-pub(crate) fn bpath(idx: u64, block_size: u32) -> Option<BPath> {
-    let p = ptrs_per_block(block_size);
-    if idx < N_DIRECT as u64 {
-        return Some(BPath::Direct(idx as usize));
-    }
-    let mut rest = idx - N_DIRECT as u64;
-    let mut span = p;
-    for level in 0..3 {
-        if rest < span {
-            let mut offsets = vec![0usize; level + 1];
-            let mut r = rest;
-            for o in offsets.iter_mut().rev() {
-                *o = (r % p) as usize;
-                r /= p;
-            }
-            return Some(BPath::Indirect { level, offsets });
-        }
-        rest -= span;
-        span *= p;
-    }
-    None
 }
 
 impl Inner {
@@ -252,6 +219,14 @@ impl Inner {
             }
         }
         missing
+    }
+
+    /// The map of `ino` as runs in logical order (`format::blockmap::runs` over the indirect
+    /// blocks as the engine holds them, loading those it has not read).
+    pub(crate) fn map_runs(&mut self, ino: u64) -> FsResult<Vec<Run>> {
+        let d = self.inode(ino)?.d.clone();
+        let bs = self.alloc.geo.block_size;
+        blockmap::runs(&d, bs, |blk| Ok(Some(self.load_ind(blk)?.ptrs.clone())))
     }
 
     /// Disk block of logical block `idx` of `ino`, 0 for a hole.

@@ -8,9 +8,10 @@ use super::finding::Finding;
 use super::layout::Layout;
 use crate::device::BlockDevice;
 use crate::error::FsResult;
+use crate::format::blockmap::{walk, MapVisitor};
 use crate::format::{
-    decode_indirect, ptrs_per_block, Bounds, DirBlock, DiskInode, Geometry, GroupHeader,
-    Superblock, XattrBlock, XattrHead, INODE_BYTES, N_DIRECT,
+    decode_indirect, Bounds, DirBlock, DiskInode, Geometry, GroupHeader, Superblock, XattrBlock,
+    XattrHead, INODE_BYTES,
 };
 use std::collections::{HashMap, VecDeque};
 
@@ -191,66 +192,49 @@ impl Checker<'_> {
         true
     }
 
-    /// Every mapped (logical index, block) of the inode, claiming data and indirect blocks.
+    /// Every mapped (logical index, block) of the inode, claiming data and indirect blocks
+    /// (`format::blockmap::walk`; a block claimed before, or an indirect block that does
+    /// not decode, is reported and not followed).
     fn map_blocks(&mut self, ino: u64, d: &DiskInode) -> FsResult<Vec<(u64, u64)>> {
-        self.claimed_for_inode = 0;
-        let mut out = Vec::new();
-        for (i, &p) in d.direct.iter().enumerate() {
-            if p != 0 && self.claim(p as u64, ino) {
-                out.push((i as u64, p as u64));
-            }
+        /// The walk's visitor: claims what it is told, reads and decodes indirect blocks.
+        struct Claim<'a, 'c> {
+            checker: &'a mut Checker<'c>,
+            ino: u64,
+            out: Vec<(u64, u64)>,
         }
-        let p = ptrs_per_block(self.geo.block_size);
-        let mut base = N_DIRECT as u64;
-        let mut span = p;
-        for (level, &root) in d.indirect.iter().enumerate() {
-            if root != 0 {
-                self.walk_ind(ino, root as u64, level, base, span / p, &mut out)?;
-            }
-            base += span;
-            span *= p;
-        }
-        Ok(out)
-    }
-
-    fn walk_ind(
-        &mut self,
-        ino: u64,
-        blk: u64,
-        level: usize,
-        base: u64,
-        child_span: u64,
-        out: &mut Vec<(u64, u64)>,
-    ) -> FsResult<()> {
-        if !self.claim(blk, ino) {
-            return Ok(());
-        }
-        let buf = self.read(blk)?;
-        let ptrs = match decode_indirect(&buf, blk, &self.bounds) {
-            Ok(p) => p,
-            Err(e) => {
-                self.err(Finding::BlockDamaged {
-                    ino,
-                    detail: e.to_string(),
-                });
-                return Ok(());
-            }
-        };
-        let p = ptrs_per_block(self.geo.block_size);
-        for (i, &c) in ptrs.iter().enumerate() {
-            if c == 0 {
-                continue;
-            }
-            let lo = base + i as u64 * child_span;
-            if level == 0 {
-                if self.claim(c as u64, ino) {
-                    out.push((lo, c as u64));
+        impl MapVisitor for Claim<'_, '_> {
+            fn indirect(&mut self, blk: u64, _level: usize) -> FsResult<Option<Vec<u32>>> {
+                let (c, ino) = (&mut *self.checker, self.ino);
+                if !c.claim(blk, ino) {
+                    return Ok(None);
                 }
-            } else {
-                self.walk_ind(ino, c as u64, level - 1, lo, child_span / p, out)?;
+                let buf = c.read(blk)?;
+                match decode_indirect(&buf, blk, &c.bounds) {
+                    Ok(p) => Ok(Some(p)),
+                    Err(e) => {
+                        c.err(Finding::BlockDamaged {
+                            ino,
+                            detail: e.to_string(),
+                        });
+                        Ok(None)
+                    }
+                }
+            }
+            fn data(&mut self, logical: u64, physical: u64) {
+                if self.checker.claim(physical, self.ino) {
+                    self.out.push((logical, physical));
+                }
             }
         }
-        Ok(())
+        self.claimed_for_inode = 0;
+        let bs = self.geo.block_size;
+        let mut v = Claim {
+            checker: self,
+            ino,
+            out: Vec::new(),
+        };
+        walk(d, bs, &mut v)?;
+        Ok(v.out)
     }
 
     fn check_inode_fields(&mut self, ino: u64, d: &DiskInode, nblocks: u64) {
