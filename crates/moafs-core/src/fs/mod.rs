@@ -74,58 +74,58 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Inner {
-    pub dev: Arc<dyn BlockDevice>,
-    pub sb: Superblock,
-    pub alloc: Allocator,
-    pub inodes: HashMap<u64, Inode>,
-    pub itable: HashMap<u64, Vec<u8>>,
-    pub ind: HashMap<u64, IndBlock>,
+    dev: Arc<dyn BlockDevice>,
+    sb: Superblock,
+    alloc: Allocator,
+    inodes: HashMap<u64, Inode>,
+    itable: HashMap<u64, Vec<u8>>,
+    ind: HashMap<u64, IndBlock>,
     /// Freed inode slots to write (zeroed, generation kept) at the next commit.
-    pub dead: HashMap<u64, crate::format::DiskInode>,
+    dead: HashMap<u64, crate::format::DiskInode>,
     /// Blocks promised to changes that have no disk address yet (`space.rs`).
     space: space::Reservations,
     /// Cached and dirty block counts, clean blocks by age (`cache.rs`).
-    pub book: cache::CacheBook,
-    pub opts: MountOptions,
-    pub counters: EngineCounters,
+    book: cache::CacheBook,
+    opts: MountOptions,
+    counters: EngineCounters,
     /// A write-back failed: the file system refuses further changes (read-only) until remount.
-    pub failed: bool,
-    pub unmounted: bool,
+    failed: bool,
+    unmounted: bool,
     /// Reads that run outside the engine lock hold this shared; making freed blocks reusable
     /// takes it exclusively. Lock order: `Fs::inner`, then `io_gate`.
-    pub io_gate: Arc<RwLock<()>>,
+    io_gate: Arc<RwLock<()>>,
     /// The journal (None on images made without one).
-    pub journal: Option<journal::Journal>,
+    journal: Option<journal::Journal>,
     /// Journaled blocks waiting to be written home (`checkpoint.rs`); `dev` is its view.
-    pub ckpt: checkpoint::Checkpoints,
+    ckpt: checkpoint::Checkpoints,
     /// Young file data the write-back timer's commits hold back (`aging.rs`).
-    pub aging: aging::Aging,
+    aging: aging::Aging,
     /// Blocks a warm pass read with the engine lock released (`fetch.rs`).
-    pub fetch: fetch::Fetch,
+    fetch: fetch::Fetch,
     /// The byte log (None on images made without one, and on read-only mounts).
-    pub bytelog: Option<bytelog::ByteLog>,
+    bytelog: Option<bytelog::ByteLog>,
     /// fsyncs waiting for the byte log, and the outcomes of those a batch took.
-    pub bytelog_waiting: bytelog::Waiting,
+    bytelog_waiting: bytelog::Waiting,
     /// The transaction a commit is building and the flags that order it (`commit.rs`).
     building: commit::Building,
     /// Commits started and durable, whether a committer job is writing, commit timing
     /// (`epoch.rs`).
     epochs: epoch::Epochs,
     /// Feature bits and label the backup superblocks carry (`write_superblocks`).
-    pub backup_carries: ([u64; 3], [u8; 32]),
+    backup_carries: ([u64; 3], [u8; 32]),
     /// When reads update access times (the mount's atime flags; never for in-process users).
-    pub atime: AtimePolicy,
+    atime: AtimePolicy,
     /// Files in the order they became dirty since the last commit (an entry may be stale):
     /// co-writing's per-directory lists are made from it, and per-file write-back follows
     /// it, as FFS's syncer does.
-    pub dirty_order: Vec<u64>,
+    dirty_order: Vec<u64>,
     /// Where the next co-write of a directory looks for free space (after its last one).
     cw_goal: cowrite::Goals,
     /// Inodes looked at or changed since the last commit started (`inode()` records them):
     /// a commit visits these, never every inode in memory.
-    pub touched: rustc_hash::FxHashSet<u64>,
+    touched: rustc_hash::FxHashSet<u64>,
     /// Indirect blocks made dirty since the last commit started (may repeat, may be freed).
-    pub ind_dirty: Vec<u64>,
+    ind_dirty: Vec<u64>,
     /// Write-behind's mark and whether it wrote since the last commit (`behind.rs`).
     behind: behind::Behind,
     /// Buffers of blocks that left the cache, kept for new contents (`data.rs`).
