@@ -31,6 +31,7 @@ pub mod acl;
 mod aging;
 mod alloc;
 mod api;
+mod attrs;
 mod behind;
 mod bytelog;
 mod cache;
