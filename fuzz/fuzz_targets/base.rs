@@ -1,5 +1,5 @@
 //! The images the fuzz targets start from (built once per process):
-//! `moafs_core::fuzzing::populated_image`.
+//! `moafs_check::fuzzing::populated_image`.
 use moafs_core::device::MemDevice;
 use std::sync::OnceLock;
 
@@ -12,7 +12,7 @@ pub static JOURNAL_BYTES: OnceLock<(usize, usize)> = OnceLock::new();
 pub fn populated(needs_replay: bool) -> &'static [u8] {
     let cell = if needs_replay { &NEEDS_REPLAY } else { &CLEAN };
     cell.get_or_init(|| {
-        let img = moafs_core::fuzzing::populated_image(needs_replay);
+        let img = moafs_check::fuzzing::populated_image(needs_replay);
         let sb = moafs_core::recovery::read_superblock(&MemDevice::from_bytes(img.clone()))
             .expect("superblock");
         let bs = sb.block_size as usize;

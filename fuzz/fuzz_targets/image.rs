@@ -8,6 +8,6 @@ use moafs_fuzz_base::populated;
 mod moafs_fuzz_base;
 
 fuzz_target!(|data: &[u8]| {
-    let img = moafs_core::fuzzing::patch(populated(false), data);
-    moafs_core::fuzzing::exercise(img);
+    let img = moafs_check::fuzzing::patch(populated(false), data);
+    moafs_check::fuzzing::exercise(img);
 });

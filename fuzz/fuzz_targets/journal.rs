@@ -16,5 +16,5 @@ fuzz_target!(|data: &[u8]| {
         let off = start + u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize % len;
         img[off] ^= p[4];
     }
-    moafs_core::fuzzing::exercise(img);
+    moafs_check::fuzzing::exercise(img);
 });

@@ -1,12 +1,12 @@
 //! Structure-level damage: fields of a populated image's inodes, directory, indirect, xattr
 //! blocks, group headers or superblock set to fuzzer-chosen values with the crc re-sealed
-//! (`moafs_core::fuzzing::damage`), then fsck -n, mount, create / write / truncate / unlink /
+//! (`moafs_check::fuzzing::damage`), then fsck -n, mount, create / write / truncate / unlink /
 //! rename / mkdir / setxattr / fsync, unmount, fsck -n and -y
-//! (`moafs_core::fuzzing::exercise_mutating`): no panic, no hang, no unbounded allocation.
+//! (`moafs_check::fuzzing::exercise_mutating`): no panic, no hang, no unbounded allocation.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use moafs_core::format::fuzzing::Structure;
-use moafs_core::fuzzing::{damage, exercise_mutating, structures, EDIT_BYTES};
+use moafs_check::fuzzing::{damage, exercise_mutating, structures, EDIT_BYTES};
 use moafs_fuzz_base::populated;
 use std::sync::OnceLock;
 

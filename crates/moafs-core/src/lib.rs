@@ -7,19 +7,17 @@
 //! structure; see docs/FORMAT.md) → `device` (image file, memory, model HDD/SSD, flash, NVM
 //! tiers, fault injection). `mkfs` and `fsck` (with `inspect`) are tools over `recovery` and
 //! `format`; they borrow only the engine's public types (`fs::FileKind`, `fs::Timespec`).
-//! `crashcheck` and `fuzzing` are test instruments that drive the engine; `units` is a leaf
-//! (sizes as people write them). Nothing here depends on FUSE: the `moafs-fuse` crate
+//! The test instruments that drive the engine (crash check, fuzzing helpers) are the
+//! `moafs-check` crate's; `units` is a leaf (sizes as people write them). Nothing here depends on FUSE: the `moafs-fuse` crate
 //! adapts.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod crashcheck;
 pub mod device;
 pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fsck;
-pub mod fuzzing;
 pub mod mkfs;
 pub mod recovery;
 pub mod units;

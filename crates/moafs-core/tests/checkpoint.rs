@@ -346,7 +346,7 @@ fn a_small_journal_checkpoints_when_it_runs_short() {
 /// transaction over that space left replay wanting a transaction it had destroyed.)
 #[test]
 fn a_torn_transaction_over_checkpointed_space_is_never_needed() {
-    use moafs_core::crashcheck::{crashcheck, CheckOptions};
+    use moafs_check::crashcheck::{crashcheck, CheckOptions};
     use moafs_core::device::{RecordDevice, WriteLog};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("log");

@@ -109,7 +109,7 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
 
 fn exercise(image: Vec<u8>, what: &str) -> bool {
     eprintln!("{what}");
-    moafs_core::fuzzing::exercise(image)
+    moafs_check::fuzzing::exercise(image)
 }
 
 #[test]
@@ -222,7 +222,7 @@ fn fsck_y_salvages_damaged_directories_and_inodes() {
     }
 }
 
-/// Structure-level damage (`moafs_core::fuzzing::damage`: fields of an inode, directory,
+/// Structure-level damage (`moafs_check::fuzzing::damage`: fields of an inode, directory,
 /// indirect, xattr block, group header or superblock set to chosen values, crc re-sealed),
 /// then the mutating exercise (create, write, truncate, unlink, rename, mkdir, setxattr,
 /// fsync, unmount, fsck -n, fsck -y): seeded, so a failure replays. The fuzz target
@@ -231,10 +231,10 @@ fn fsck_y_salvages_damaged_directories_and_inodes() {
 fn structure_damage_then_mutations_never_panic() {
     // this file's image (two groups) and the fuzz targets' (one group, 1 MiB), in turn
     let images: Vec<(Vec<u8>, Vec<moafs_core::format::fuzzing::Structure>)> =
-        [populated().0, moafs_core::fuzzing::populated_image(false)]
+        [populated().0, moafs_check::fuzzing::populated_image(false)]
             .into_iter()
             .map(|img| {
-                let s = moafs_core::fuzzing::structures(&img);
+                let s = moafs_check::fuzzing::structures(&img);
                 (img, s)
             })
             .collect();
@@ -245,7 +245,7 @@ fn structure_damage_then_mutations_never_panic() {
         images[1].1.len()
     );
     for (base, _) in &images {
-        let pristine = moafs_core::fuzzing::exercise_mutating(base.clone());
+        let pristine = moafs_check::fuzzing::exercise_mutating(base.clone());
         assert!(
             !pristine.noticed && pristine.mounted,
             "pristine: {pristine:?}"
@@ -275,13 +275,13 @@ fn structure_damage_then_mutations_never_panic() {
         let mut rng = StdRng::seed_from_u64(seed);
         let (base, structures) = &images[(seed % 2) as usize];
         let edits = rng.gen_range(1..=4);
-        let data: Vec<u8> = (0..edits * moafs_core::fuzzing::EDIT_BYTES)
+        let data: Vec<u8> = (0..edits * moafs_check::fuzzing::EDIT_BYTES)
             .map(|_| rng.gen())
             .collect();
         let mut img = base.clone();
-        let touched = moafs_core::fuzzing::damage(&mut img, structures, &data);
+        let touched = moafs_check::fuzzing::damage(&mut img, structures, &data);
         eprintln!("seed {seed}: {touched:?}");
-        let o = moafs_core::fuzzing::exercise_mutating(img);
+        let o = moafs_check::fuzzing::exercise_mutating(img);
         noticed += o.noticed as u64;
         mounted += o.mounted as u64;
         ops_ok += o.ops_ok as u64;
@@ -607,21 +607,21 @@ fn counters_at_their_limit_do_not_overflow() {
 fn structure_fuzz_regressions_replay() {
     let dir =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions/structure");
-    let base = moafs_core::fuzzing::populated_image(false);
-    let structures = moafs_core::fuzzing::structures(&base);
+    let base = moafs_check::fuzzing::populated_image(false);
+    let structures = moafs_check::fuzzing::structures(&base);
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).expect("fuzz/regressions/structure") {
         let path = entry.unwrap().path();
         let data = std::fs::read(&path).unwrap();
         let mut img = base.clone();
         // as fuzz_targets/structure.rs: at most 8 edits
-        let touched = moafs_core::fuzzing::damage(
+        let touched = moafs_check::fuzzing::damage(
             &mut img,
             &structures,
-            &data[..data.len().min(8 * moafs_core::fuzzing::EDIT_BYTES)],
+            &data[..data.len().min(8 * moafs_check::fuzzing::EDIT_BYTES)],
         );
         eprintln!("{}: {touched:?}", path.display());
-        moafs_core::fuzzing::exercise_mutating(img);
+        moafs_check::fuzzing::exercise_mutating(img);
         n += 1;
     }
     assert!(n >= 4, "{n} inputs in {}", dir.display());

@@ -1,8 +1,8 @@
 //! `moafs crashcheck LOG`: checks every crash state of a mount recorded with `-o record=LOG`
-//! (`moafs_core::crashcheck`). Exit: 0 every state passed, 1 findings, 2 the log is unreadable.
+//! (`moafs_check::crashcheck`). Exit: 0 every state passed, 1 findings, 2 the log is unreadable.
 
 use super::*;
-use moafs_core::crashcheck::{crashcheck, CheckOptions};
+use moafs_check::crashcheck::{crashcheck, CheckOptions};
 use moafs_core::device::WriteLog;
 
 #[derive(Args, Debug)]

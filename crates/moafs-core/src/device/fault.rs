@@ -250,7 +250,7 @@ impl FaultDevice {
 /// each kept with probability ½, then one kept write torn at a random sector. Returns
 /// (index, bytes that land) in issue order; a torn write may land 0 bytes. Seeded: the same
 /// seed gives the same cut (`crashcheck` replays write logs with it).
-pub(crate) fn random_cut(writes: &[(u64, u64)], seed: u64) -> Vec<(usize, u64)> {
+pub fn random_cut(writes: &[(u64, u64)], seed: u64) -> Vec<(usize, u64)> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut kept: Vec<(usize, u64)> = writes
         .iter()

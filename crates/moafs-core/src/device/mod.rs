@@ -22,7 +22,7 @@ mod overlay;
 mod record;
 mod switch;
 
-pub(crate) use fault::random_cut;
+pub use fault::random_cut;
 pub use fault::{CutMode, FaultConfig, FaultDevice};
 pub use fence::FenceDevice;
 pub use file::{write_protected, FileDevice, FileDeviceOptions};

@@ -7,7 +7,7 @@ use super::plan::{plan, sync_promises, Interval};
 use super::promise::Promise;
 use super::state::check_state;
 use super::{CheckOptions, CheckReport, Finding};
-use crate::device::{LogRecord, WriteLog};
+use moafs_core::device::{LogRecord, WriteLog};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,7 @@ type Cut = Vec<(usize, u64)>;
 /// `FaultDevice`'s random cut (each write kept with probability ½, one kept write torn at a
 /// random sector); a write torn to nothing is a write dropped: the same state.
 fn random_cut(writes: &[(u64, u64)], seed: u64) -> Cut {
-    let mut kept = crate::device::random_cut(writes, seed);
+    let mut kept = moafs_core::device::random_cut(writes, seed);
     kept.retain(|&(_, n)| n > 0);
     kept
 }

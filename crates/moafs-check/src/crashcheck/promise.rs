@@ -1,8 +1,8 @@
 //! Promises: what an fsync or a sync promised of an inode ([`Promise`], [`InodeState`]), for
 //! which records of the log, and how a mounted state is held to one ([`check_promise`]).
 
-use crate::fs::FileKind;
-use crate::Fs;
+use moafs_core::fs::FileKind;
+use moafs_core::Fs;
 use std::sync::Arc;
 
 /// A promise and its life in the log: records `[start, end)`.

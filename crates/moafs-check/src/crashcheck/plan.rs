@@ -5,9 +5,9 @@
 use super::cow::CowDevice;
 use super::promise::{InodeState, Promise, Promised};
 use super::CheckReport;
-use crate::device::{BlockDevice, LogRecord, WriteLog};
-use crate::fs::MountOptions;
-use crate::Fs;
+use moafs_core::device::{BlockDevice, LogRecord, WriteLog};
+use moafs_core::fs::MountOptions;
+use moafs_core::Fs;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -68,8 +68,8 @@ pub(super) fn sync_promises(
         return Vec::new();
     };
     let mut out = Vec::new();
-    let mut seen = HashSet::from([crate::fs::ROOT_INO]);
-    let mut todo = vec![crate::fs::ROOT_INO];
+    let mut seen = HashSet::from([moafs_core::fs::ROOT_INO]);
+    let mut todo = vec![moafs_core::fs::ROOT_INO];
     while let Some(ino) = todo.pop() {
         let Ok(st) = InodeState::read(&fs, ino) else {
             continue;

@@ -2,15 +2,15 @@
 //! patches, or structure-level edits re-sealed), run everything a user could run on it, and
 //! require only that nothing panics or hangs and that fsck's repairs hold.
 
-use crate::device::{BlockDevice, MemDevice};
-use crate::error::FsResult;
-use crate::format::blockmap::{walk, MapVisitor};
-use crate::format::fuzzing::Structure;
-use crate::format::{
+use moafs_core::device::{BlockDevice, MemDevice};
+use moafs_core::error::FsResult;
+use moafs_core::format::blockmap::{walk, MapVisitor};
+use moafs_core::format::fuzzing::Structure;
+use moafs_core::format::{
     decode_indirect, Bounds, DiskInode, Geometry, GroupHeader, XattrBlock, XattrHead, INODE_BYTES,
 };
-use crate::fs::{FileKind, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT_INO};
-use crate::Fs;
+use moafs_core::fs::{FileKind, MountOptions, RenameFlags, SetAttr, XattrFlags, ROOT_INO};
+use moafs_core::Fs;
 use std::sync::Arc;
 
 /// `fsck -n`, mount and walk every file (read data, links, xattrs), unmount, `fsck -y`, and
@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// repairs (a bug in fsck).
 pub fn exercise(image: Vec<u8>) -> bool {
     let dev = Arc::new(MemDevice::from_bytes(image.clone()));
-    let noticed = match crate::fsck::fsck(dev.as_ref(), false) {
+    let noticed = match moafs_core::fsck::fsck(dev.as_ref(), false) {
         Ok(r) => !r.errors.is_empty(),
         Err(_) => true,
     };
@@ -58,13 +58,13 @@ pub fn exercise(image: Vec<u8>) -> bool {
 /// `fsck -y`, and when it repaired something, `fsck -n`: only findings `-y` leaves by design
 /// (`Finding::repair` is None) may remain. Panics otherwise (a bug in fsck).
 fn repair_then_check(dev: &MemDevice) {
-    let Ok(r) = crate::fsck::fsck(dev, true) else {
+    let Ok(r) = moafs_core::fsck::fsck(dev, true) else {
         return;
     };
     if r.repaired.is_empty() {
         return;
     }
-    if let Ok(again) = crate::fsck::fsck(dev, false) {
+    if let Ok(again) = moafs_core::fsck::fsck(dev, false) {
         let left: Vec<_> = again
             .errors
             .iter()
@@ -83,11 +83,11 @@ fn repair_then_check(dev: &MemDevice) {
 /// indirect block and an xattr, and a symlink; cleanly unmounted, or (`needs_replay`) cut
 /// right after a transaction. The same every time, so fuzz inputs replay in tests.
 pub fn populated_image(needs_replay: bool) -> Vec<u8> {
-    use crate::device::{CutMode, FaultConfig, FaultDevice};
-    use crate::fs::Caller;
+    use moafs_core::device::{CutMode, FaultConfig, FaultDevice};
+    use moafs_core::fs::Caller;
     let me = Caller::ROOT;
     let mem = Arc::new(MemDevice::new(1 << 20));
-    let sb = crate::mkfs::mkfs(mem.as_ref(), &Default::default()).expect("mkfs");
+    let sb = moafs_core::mkfs::mkfs(mem.as_ref(), &Default::default()).expect("mkfs");
     let bs = sb.block_size as usize;
     let fault = Arc::new(FaultDevice::new(
         mem.clone() as Arc<dyn BlockDevice>,
@@ -147,7 +147,7 @@ pub fn patch(base: &[u8], data: &[u8]) -> Vec<u8> {
 /// headers, every live inode, directory block, indirect block and xattr block.
 pub fn structures(image: &[u8]) -> Vec<Structure> {
     let dev = MemDevice::from_bytes(image.to_vec());
-    let Ok(sb) = crate::recovery::read_superblock(&dev) else {
+    let Ok(sb) = moafs_core::recovery::read_superblock(&dev) else {
         return vec![Structure::Superblock];
     };
     let bounds = Bounds::from_superblock(&sb);
@@ -260,7 +260,8 @@ pub const EDIT_BYTES: usize = 11;
 /// then the structure's crc is stored again. Returns the damaged structures.
 pub fn damage(image: &mut [u8], structures: &[Structure], data: &[u8]) -> Vec<Structure> {
     let mut touched = Vec::new();
-    let Ok(sb) = crate::recovery::read_superblock(&MemDevice::from_bytes(image.to_vec())) else {
+    let Ok(sb) = moafs_core::recovery::read_superblock(&MemDevice::from_bytes(image.to_vec()))
+    else {
         return touched;
     };
     let geo = Geometry::from_superblock(&sb);
@@ -329,7 +330,7 @@ pub struct Outcome {
 pub fn exercise_mutating(image: Vec<u8>) -> Outcome {
     let mut out = Outcome::default();
     let dev = Arc::new(MemDevice::from_bytes(image));
-    out.noticed = match crate::fsck::fsck(dev.as_ref(), false) {
+    out.noticed = match moafs_core::fsck::fsck(dev.as_ref(), false) {
         Ok(r) => !r.errors.is_empty(),
         Err(_) => true,
     };
@@ -338,14 +339,14 @@ pub fn exercise_mutating(image: Vec<u8>) -> Outcome {
         mutate(&fs, &mut out);
         let _ = fs.unmount();
     }
-    let _ = crate::fsck::fsck(dev.as_ref(), false);
+    let _ = moafs_core::fsck::fsck(dev.as_ref(), false);
     repair_then_check(&dev);
     out
 }
 
 /// The changes of [`exercise_mutating`] on a mounted file system (every error accepted).
 pub fn mutate(fs: &Fs, out: &mut Outcome) {
-    let me = crate::fs::Caller::ROOT;
+    let me = moafs_core::fs::Caller::ROOT;
     let mut count = |r: bool| {
         out.ops += 1;
         out.ops_ok += r as u32;

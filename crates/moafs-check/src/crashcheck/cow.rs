@@ -1,7 +1,7 @@
 //! [`CowDevice`]: a writable copy-on-write view of an image, so that a crash state costs the
 //! pages its checks write, not an image.
 
-use crate::device::{check_range, iov_len, BlockDevice, DevResult, DeviceCounters};
+use moafs_core::device::{check_range, iov_len, BlockDevice, DevResult, DeviceCounters};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 

@@ -2,10 +2,10 @@
 //! flushes and writes moved across a flush are caught; [`CowDevice`] keeps its base.
 
 use super::*;
-use crate::device::{BlockDevice, LogRecord, MemDevice, RecordDevice, WriteLog};
-use crate::fs::{MountOptions, ROOT_INO};
-use crate::mkfs::{mkfs, MkfsOptions};
-use crate::Fs;
+use moafs_core::device::{BlockDevice, LogRecord, MemDevice, RecordDevice, WriteLog};
+use moafs_core::fs::{MountOptions, ROOT_INO};
+use moafs_core::mkfs::{mkfs, MkfsOptions};
+use moafs_core::Fs;
 use std::sync::Arc;
 
 /// A fresh 16 MiB file system mounted on a recording device whose log is `dir/log`.
@@ -23,7 +23,7 @@ fn recording(dir: &tempfile::TempDir) -> (Arc<RecordDevice>, Fs, std::path::Path
 fn recorded() -> WriteLog {
     let dir = tempfile::tempdir().expect("tempdir");
     let (rec, fs, path) = recording(&dir);
-    let who = crate::fs::Caller::ROOT;
+    let who = moafs_core::fs::Caller::ROOT;
     let t = fs.create(ROOT_INO, b"target", 0o644, who).expect("create");
     fs.write(t.ino, 0, &[1; 5000]).expect("write");
     fs.fsync(t.ino, false).expect("fsync");
@@ -174,10 +174,10 @@ fn record_crashcheck_catches_one_dropped_flush_or_a_write_moved_across_one() {
 /// directory fsync does): directories, modes, owners, links, symlinks, a fifo, extended
 /// attributes, renames of files and directories, removals.
 fn recorded_metadata() -> WriteLog {
-    use crate::fs::{RenameFlags, SetAttr, XattrFlags};
+    use moafs_core::fs::{RenameFlags, SetAttr, XattrFlags};
     let dir = tempfile::tempdir().expect("tempdir");
     let (rec, fs, path) = recording(&dir);
-    let who = crate::fs::Caller::ROOT;
+    let who = moafs_core::fs::Caller::ROOT;
     let chmod = |mode| SetAttr {
         mode: Some(mode),
         ..Default::default()
@@ -290,7 +290,7 @@ fn record_crashcheck_counts_orphans_the_mount_frees() {
     // fsck -n counts and the mount frees.
     let dir = tempfile::tempdir().expect("tempdir");
     let (rec, fs, path) = recording(&dir);
-    let who = crate::fs::Caller::ROOT;
+    let who = moafs_core::fs::Caller::ROOT;
     let a = fs.create(ROOT_INO, b"held", 0o644, who).expect("create");
     fs.write(a.ino, 0, &[9; 10_000]).expect("write");
     fs.open(a.ino).expect("open");

@@ -3,9 +3,9 @@
 
 use super::cow::CowDevice;
 use super::promise::{check_promise, Promise, Promised};
-use crate::device::BlockDevice;
-use crate::fs::MountOptions;
-use crate::Fs;
+use moafs_core::device::BlockDevice;
+use moafs_core::fs::MountOptions;
+use moafs_core::Fs;
 use std::sync::Arc;
 
 /// Checks one state: its findings (none: it passed), the promises checked, and whether
@@ -14,7 +14,7 @@ use std::sync::Arc;
 pub(super) fn check_state(dev: Arc<CowDevice>, promises: &[Promise]) -> (Vec<String>, u64, bool) {
     let mut out = Vec::new();
     let mut orphans = 0;
-    match crate::fsck::fsck_with(dev.as_ref(), false, None) {
+    match moafs_core::fsck::fsck_with(dev.as_ref(), false, None) {
         Ok(r) if r.errors.is_empty() => orphans = r.orphans,
         Ok(r) => out.push(format!("fsck -n of the crash image: {:?}", r.errors)),
         Err(e) => out.push(format!("fsck -n of the crash image cannot run: {e}")),
@@ -43,7 +43,7 @@ pub(super) fn check_state(dev: Arc<CowDevice>, promises: &[Promise]) -> (Vec<Str
         out.push(format!("unmount: {e}"));
         return (out, promises.len() as u64, false);
     }
-    match crate::fsck::fsck(dev.as_ref(), false) {
+    match moafs_core::fsck::fsck(dev.as_ref(), false) {
         // the mount freed the orphans: none may be left
         Ok(r) if r.errors.is_empty() && r.orphans == 0 => {}
         Ok(r) if r.errors.is_empty() => out.push(format!(
