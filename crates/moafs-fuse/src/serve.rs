@@ -266,17 +266,22 @@ pub fn serve<A: Adapter, G>(
     let bdi_done = {
         let (mp, cfg) = (mountpoint.clone(), cfg.clone());
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        std::thread::Builder::new()
+        let tuner = std::thread::Builder::new()
             .name("moafs-bdi".into())
             .spawn(move || {
                 tune_bdi(&mp, &cfg);
                 let _ = tx.send(());
             })?;
-        rx
+        (rx, tuner)
     };
     let ready = move || {
-        if bdi_done.recv_timeout(Duration::from_secs(10)).is_err() {
+        let (done, tuner) = bdi_done;
+        if done.recv_timeout(Duration::from_secs(10)).is_err() {
             log::warn!("tuning the mount's bdi did not finish in 10 s");
+        } else {
+            // it has sent: it is ending. Joined, so that once the mount is ready the daemon's
+            // threads are its serving ones (the tests compare them).
+            let _ = tuner.join();
         }
         ready()
     };
