@@ -1,11 +1,13 @@
-//! Block and inode bitmaps (FORMAT.md, allocation groups): bit `i` of a group's map is bit
+//! Block and inode bitmaps (FORMAT.md section 4): bit `i` of a group's map is bit
 //! `i % 8` of byte `i / 8`, set for a used block or inode. Reading, setting and scanning
 //! them, for the allocator, fsck and trim alike.
 
+/// Whether bit `i` of `map` is set (in use).
 pub fn bit(map: &[u8], i: u64) -> bool {
     map[(i / 8) as usize] & (1 << (i % 8)) != 0
 }
 
+/// Sets bit `i` of `map` to `v`.
 pub fn set_bit(map: &mut [u8], i: u64, v: bool) {
     let byte = &mut map[(i / 8) as usize];
     if v {

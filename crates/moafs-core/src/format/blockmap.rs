@@ -1,4 +1,4 @@
-//! A file's block map (FORMAT.md, inodes): `N_DIRECT` direct pointers, then a single, a
+//! A file's block map (FORMAT.md section 5, inodes): `N_DIRECT` direct pointers, then a single, a
 //! double and a triple indirect tree whose pointer blocks hold `ptrs_per_block` pointers
 //! each (the last word is the block's checksum). Where a logical block hangs ([`bpath`]),
 //! how many blocks a map can hold ([`max_file_blocks`]), and the walk that every reader of a
