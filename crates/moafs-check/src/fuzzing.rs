@@ -5,6 +5,7 @@
 use moafs_core::device::{BlockDevice, MemDevice};
 use moafs_core::error::FsResult;
 use moafs_core::format::blockmap::{walk, MapVisitor};
+use moafs_core::format::extent::ExtNode;
 use moafs_core::format::fuzzing::Structure;
 use moafs_core::format::{
     decode_indirect, Bounds, DiskInode, Geometry, GroupHeader, XattrBlock, XattrHead, INODE_BYTES,
@@ -79,15 +80,21 @@ fn repair_then_check(dev: &MemDevice) {
 }
 
 /// The image the fuzz targets start from (`fuzz/fuzz_targets/base.rs` keeps one per process):
-/// 1 MiB with a directory (whose xattrs span several blocks), small files, a file with an
-/// indirect block and an xattr, and a symlink; cleanly unmounted, or (`needs_replay`) cut
-/// right after a transaction. The same every time, so fuzz inputs replay in tests.
+/// 1 MiB with a directory (whose xattrs span several blocks), small files, a 16-block file
+/// with an xattr, a sparse file of 6 one-block extents, and a symlink. Cleanly unmounted
+/// with extent maps (disk version 3: the sparse file has an extent-tree block), or
+/// (`needs_replay`) with pointer maps (version 2: the 16-block file has an indirect block)
+/// and cut right after a transaction. The same every time, so fuzz inputs replay in tests.
 pub fn populated_image(needs_replay: bool) -> Vec<u8> {
     use moafs_core::device::{CutMode, FaultConfig, FaultDevice};
     use moafs_core::fs::Caller;
     let me = Caller::ROOT;
     let mem = Arc::new(MemDevice::new(1 << 20));
-    let sb = moafs_core::mkfs::mkfs(mem.as_ref(), &Default::default()).expect("mkfs");
+    let opts = moafs_core::mkfs::MkfsOptions {
+        pointer_maps: needs_replay,
+        ..Default::default()
+    };
+    let sb = moafs_core::mkfs::mkfs(mem.as_ref(), &opts).expect("mkfs");
     let bs = sb.block_size as usize;
     let fault = Arc::new(FaultDevice::new(
         mem.clone() as Arc<dyn BlockDevice>,
@@ -113,6 +120,11 @@ pub fn populated_image(needs_replay: bool) -> Vec<u8> {
     // a set over several blocks (head and continuations)
     fs.setxattr(d.ino, b"user.long", &[7u8; 9000], XattrFlags::default())
         .expect("xattr");
+    let sparse = fs.create(ROOT_INO, b"sparse", 0o644, me).expect("create");
+    for i in 0..6u64 {
+        fs.write(sparse.ino, 2 * i * bs as u64, &vec![i as u8 + 1; bs])
+            .expect("write");
+    }
     fs.symlink(ROOT_INO, b"l", b"big", me).expect("symlink");
     if needs_replay {
         fs.sync().expect("sync");
@@ -144,7 +156,8 @@ pub fn patch(base: &[u8], data: &[u8]) -> Vec<u8> {
 // every check behind the crc: what a buggy or hostile writer could leave.
 
 /// The structures of a (pristine) image that damage can pick from: superblock, group
-/// headers, every live inode, directory block, indirect block and xattr block.
+/// headers, every live inode, directory block, indirect and extent-tree block and xattr
+/// block.
 pub fn structures(image: &[u8]) -> Vec<Structure> {
     let dev = MemDevice::from_bytes(image.to_vec());
     let Ok(sb) = moafs_core::recovery::read_superblock(&dev) else {
@@ -211,6 +224,10 @@ fn inode_structures<'a>(
             Ok((level == 0)
                 .then(|| (self.block)(b).and_then(|x| decode_indirect(x, b, self.bounds).ok()))
                 .flatten())
+        }
+        fn extent_block(&mut self, b: u64, _depth: u16) -> FsResult<Option<ExtNode>> {
+            self.out.push(Structure::ExtentBlock { block: b });
+            Ok((self.block)(b).and_then(|x| ExtNode::decode_block(x, b, self.bounds).ok()))
         }
         fn data(&mut self, logical: u64, physical: u64) {
             self.data.push((logical, physical));

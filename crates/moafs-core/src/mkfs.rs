@@ -2,9 +2,10 @@
 
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
+use crate::format::extent::ExtNode;
 use crate::format::{
-    bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FEATURE_BYTELOG, FEATURE_JOURNAL,
-    FORMAT_VERSION, INODE_BYTES, STATE_CLEAN,
+    bitmap_crc, DiskInode, Geometry, GroupHeader, Superblock, FEATURE_BYTELOG, FEATURE_EXTENTS,
+    FEATURE_JOURNAL, FORMAT_VERSION, FORMAT_VERSION_POINTERS, INODE_BYTES, STATE_CLEAN,
 };
 use crate::fs::Timespec;
 
@@ -26,6 +27,9 @@ pub struct MkfsOptions {
     /// first `size_bytes` bytes, at most all of them (`mkfs --size` on a block device or a
     /// larger image, as `mkfs.ext4 DEV BLOCKS`).
     pub size_bytes: Option<u64>,
+    /// Block maps of pointers (a version-2 image, FORMAT.md section 5) instead of extents
+    /// (version 3, section 6a).
+    pub pointer_maps: bool,
 }
 
 impl Default for MkfsOptions {
@@ -38,6 +42,7 @@ impl Default for MkfsOptions {
             journal_blocks: None,
             bytelog_blocks: None,
             size_bytes: None,
+            pointer_maps: false,
         }
     }
 }
@@ -183,6 +188,7 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         crtime: now.pair(),
         generation: 1,
         parent: 1,
+        extents: (!opts.pointer_maps).then(ExtNode::default),
         ..Default::default()
     };
     let mut free_blocks = 0u64;
@@ -230,7 +236,11 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
         free_inodes += hdr.free_inodes as u64;
     }
     let sb = Superblock {
-        format_version: FORMAT_VERSION,
+        format_version: if opts.pointer_maps {
+            FORMAT_VERSION_POINTERS
+        } else {
+            FORMAT_VERSION
+        },
         block_size: geo.block_size,
         total_blocks: geo.total_blocks,
         blocks_per_group: geo.blocks_per_group,
@@ -251,6 +261,10 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
             FEATURE_BYTELOG
         } else {
             0
+        } | if opts.pointer_maps {
+            0
+        } else {
+            FEATURE_EXTENTS
         },
         features_ro_compat: 0,
         label,

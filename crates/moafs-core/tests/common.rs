@@ -11,6 +11,17 @@ pub fn new_dev(size: u64) -> Arc<MemDevice> {
     new_dev_journal(size, None)
 }
 
+/// A fresh image of `size` bytes whose files map their blocks by pointers (disk version 2).
+pub fn new_dev_pointers(size: u64) -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(size));
+    let opts = MkfsOptions {
+        pointer_maps: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.as_ref(), &opts).expect("mkfs");
+    dev
+}
+
 /// A fresh image of `size` bytes with a journal of `journal_blocks` (None: mkfs's default).
 pub fn new_dev_journal(size: u64, journal_blocks: Option<u32>) -> Arc<MemDevice> {
     let dev = Arc::new(MemDevice::new(size));

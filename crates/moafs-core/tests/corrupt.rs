@@ -12,6 +12,7 @@
 mod common;
 use common::ME;
 use moafs_core::device::{BlockDevice, MemDevice};
+use moafs_core::format::extent::ExtNode;
 use moafs_core::fs::{MountOptions, ROOT_INO};
 use moafs_core::mkfs::{mkfs, MkfsOptions};
 use moafs_core::Fs;
@@ -21,13 +22,21 @@ use std::sync::Arc;
 
 const BS: u64 = 4096;
 
-/// A populated image and where its structures are: (name, block, bytes covered by a crc).
+/// A populated image with pointer maps (disk version 2) and where its structures are:
+/// (name, block, bytes covered by a crc).
 fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
+    populated_with(true)
+}
+
+/// [`populated`] with pointer maps (version 2) or extent maps (version 3: "frag", six
+/// one-block extents, has an extent-tree block where "big" has an indirect block).
+fn populated_with(pointers: bool) -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     let mem = Arc::new(MemDevice::new(8 << 20));
     mkfs(
         mem.as_ref(),
         &MkfsOptions {
             groups: Some(2),
+            pointer_maps: pointers,
             ..MkfsOptions::default()
         },
     )
@@ -59,6 +68,11 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     )
     .unwrap();
     fs.symlink(ROOT_INO, b"link", b"big", ME).unwrap();
+    let frag = fs.create(ROOT_INO, b"frag", 0o644, ME).unwrap();
+    for i in 0..6u64 {
+        fs.write(frag.ino, 2 * i * BS, &[i as u8 + 1; BS as usize])
+            .unwrap();
+    }
     fs.unmount().unwrap();
     let sb = moafs_core::recovery::read_superblock(mem.as_ref()).unwrap();
     let g = moafs_core::format::Geometry::from_superblock(&sb);
@@ -68,6 +82,7 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     let fs = Fs::mount(mem.clone() as Arc<dyn BlockDevice>, MountOptions::default()).unwrap();
     let big_attr = fs.lookup(ROOT_INO, b"big").unwrap();
     let dir_attr = fs.lookup(ROOT_INO, b"dir").unwrap();
+    let frag_attr = fs.lookup(ROOT_INO, b"frag").unwrap();
     fs.unmount().unwrap();
     let inode = |ino: u64| {
         let (blk, off) = g.inode_location(ino);
@@ -98,13 +113,28 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
         ("block bitmap", g.bitmap_block(0), BS as usize),
         ("inode bitmap", g.ibitmap_block(0), BS as usize),
         ("inode table", itable_blk, BS as usize),
-        ("directory block", di.direct[0] as u64, BS as usize),
-        ("indirect block", bi.indirect[0] as u64, BS as usize),
+        ("directory block", first_block(&di), BS as usize),
+        match &inode(frag_attr.ino).extents {
+            None => ("indirect block", bi.indirect[0] as u64, BS as usize),
+            Some(ExtNode::Index { entries, .. }) => {
+                ("extent-tree block", entries[0].child, BS as usize)
+            }
+            Some(leaf) => panic!("six extents in the root: {leaf:?}"),
+        },
         ("xattr block", bi.xattr_block as u64, BS as usize),
         ("xattr head block", di.xattr_block as u64, BS as usize),
         ("xattr continuation", cont[cont.len() - 1], BS as usize),
     ];
     (mem.snapshot(), structures)
+}
+
+/// The block holding logical block 0 of `d` (either kind of map).
+fn first_block(d: &moafs_core::format::DiskInode) -> u64 {
+    match &d.extents {
+        None => d.direct[0] as u64,
+        Some(ExtNode::Leaf(e)) => e[0].physical,
+        Some(other) => panic!("a directory of one block with a tree: {other:?}"),
+    }
 }
 
 fn exercise(image: Vec<u8>, what: &str) -> bool {
@@ -114,7 +144,16 @@ fn exercise(image: Vec<u8>, what: &str) -> bool {
 
 #[test]
 fn bit_flips_and_zeroed_blocks_in_every_structure() {
-    let (base, structures) = populated();
+    flips_and_zeroed_blocks(true);
+}
+
+#[test]
+fn bit_flips_and_zeroed_blocks_in_every_structure_with_extent_maps() {
+    flips_and_zeroed_blocks(false);
+}
+
+fn flips_and_zeroed_blocks(pointers: bool) {
+    let (base, structures) = populated_with(pointers);
     assert!(
         !exercise(base.clone(), "pristine"),
         "pristine image flagged"
@@ -231,7 +270,12 @@ fn fsck_y_salvages_damaged_directories_and_inodes() {
 fn structure_damage_then_mutations_never_panic() {
     // this file's image (two groups) and the fuzz targets' (one group, 1 MiB), in turn
     let images: Vec<(Vec<u8>, Vec<moafs_core::format::fuzzing::Structure>)> =
-        [populated().0, moafs_check::fuzzing::populated_image(false)]
+        // (and this file's image with extent maps)
+        [
+            populated().0,
+            moafs_check::fuzzing::populated_image(false),
+            populated_with(false).0,
+        ]
             .into_iter()
             .map(|img| {
                 let s = moafs_check::fuzzing::structures(&img);
@@ -273,7 +317,7 @@ fn structure_damage_then_mutations_never_panic() {
     for seed in 0..runs {
         *progress.lock().unwrap_or_else(|e| e.into_inner()) = (seed, std::time::Instant::now());
         let mut rng = StdRng::seed_from_u64(seed);
-        let (base, structures) = &images[(seed % 2) as usize];
+        let (base, structures) = &images[(seed % images.len() as u64) as usize];
         let edits = rng.gen_range(1..=4);
         let data: Vec<u8> = (0..edits * moafs_check::fuzzing::EDIT_BYTES)
             .map(|_| rng.gen())
@@ -451,6 +495,111 @@ fn pointers_outside_the_data_area_read_as_corrupt_and_never_panic() {
             }
             let _ = fs.sync();
         }
+        let _ = fs.unmount();
+        let _ = moafs_core::fsck::fsck(dev.as_ref(), false);
+    }
+}
+
+/// Extent maps (version 3): extents and tree-block entries that point outside one group's
+/// data area are corrupt where read (fsck reports them, a read answers EUCLEAN), and nothing
+/// panics afterwards.
+#[test]
+fn extents_outside_the_data_area_read_as_corrupt_and_never_panic() {
+    use moafs_core::format::extent::Extent;
+    use moafs_core::format::fuzzing::Structure;
+    let (base, structures) = populated_with(false);
+    let (_, file, _, _) = names(&base);
+    let fs = Fs::mount(
+        Arc::new(MemDevice::from_bytes(base.clone())) as Arc<dyn BlockDevice>,
+        MountOptions::default(),
+    )
+    .unwrap();
+    let frag = fs.lookup(ROOT_INO, b"frag").unwrap().ino;
+    fs.unmount().unwrap();
+    let sb = superblock_of(&base);
+    let g = moafs_core::format::Geometry::from_superblock(&sb);
+    let total = g.total_blocks;
+    let tree = structures
+        .iter()
+        .find(|s| s.0 == "extent-tree block")
+        .expect("frag's tree block")
+        .1;
+    let set_root = |phys: u64, len: u64| {
+        move |d: &mut moafs_core::format::DiskInode| {
+            d.extents = Some(ExtNode::Leaf(vec![Extent {
+                logical: 0,
+                len,
+                physical: phys,
+            }]))
+        }
+    };
+    type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+    let meta = g.meta_blocks() as u64;
+    let cases: Vec<(&str, u64, Edit)> = vec![
+        (
+            "extent past the image",
+            file,
+            Box::new(move |img| edit_inode(img, file, set_root(total + 7, 1))),
+        ),
+        (
+            "extent at the largest 48-bit block",
+            file,
+            Box::new(move |img| edit_inode(img, file, set_root((1 << 48) - 1, 1))),
+        ),
+        (
+            "extent into group 1's header",
+            file,
+            Box::new(move |img| edit_inode(img, file, set_root(g.header_block(1), 1))),
+        ),
+        (
+            "extent running from group 0 into group 1",
+            file,
+            Box::new(move |img| edit_inode(img, file, set_root(g.group_start(1) - 1, 2))),
+        ),
+        (
+            "extent over the journal",
+            file,
+            Box::new(move |img| edit_inode(img, file, set_root(meta, sb.journal_start + 2 - meta))),
+        ),
+        (
+            "extent in the tree block past the image",
+            frag,
+            Box::new(move |img| {
+                let s = Structure::ExtentBlock { block: tree };
+                edit_u32(img, s, 8 + 8, total as u32 + 1)
+            }),
+        ),
+    ];
+    for (what, victim, edit) in cases {
+        let mut img = base.clone();
+        edit(&mut img);
+        let errors = fsck_errors(&img);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("outside one group's data area")),
+            "{what}: fsck -n did not report the extent: {errors:#?}"
+        );
+        let dev = Arc::new(MemDevice::from_bytes(img));
+        let fs = Fs::mount(dev.clone() as Arc<dyn BlockDevice>, MountOptions::default())
+            .unwrap_or_else(|e| panic!("{what}: mount: {e}"));
+        let e = fs.read(victim, 0, 4096).expect_err(what);
+        assert_eq!(e.to_errno(), libc::EUCLEAN, "{what}: {e}");
+        let _ = fs.write(victim, 0, &[1; 9000]);
+        let _ = fs.setattr(
+            victim,
+            &moafs_core::fs::SetAttr {
+                size: Some(0),
+                ..Default::default()
+            },
+        );
+        let _ = fs.unlink(ROOT_INO, b"frag");
+        for i in 0..20 {
+            if let Ok(a) = fs.create(ROOT_INO, format!("after-{i}").as_bytes(), 0o644, ME) {
+                let _ = fs.write(a.ino, 0, &[3; 20_000]);
+            }
+        }
+        let _ = fs.sync();
         let _ = fs.unmount();
         let _ = moafs_core::fsck::fsck(dev.as_ref(), false);
     }

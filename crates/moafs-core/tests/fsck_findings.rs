@@ -21,10 +21,11 @@ struct Image {
     big: u64,
 }
 
-/// An 8 MiB image: directory `d` with one-block files `a` and `b`, and `big` (20 blocks,
-/// through the indirect block), cleanly unmounted.
+/// An 8 MiB image with pointer maps (disk version 2): directory `d` with one-block files `a`
+/// and `b`, and `big` (20 blocks, through the indirect block), cleanly unmounted. (Extent
+/// maps' damage: `corrupt.rs`.)
 fn image() -> Image {
-    let dev = common::new_dev(8 << 20);
+    let dev = common::new_dev_pointers(8 << 20);
     let fs = common::mount(&dev);
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap();
     let a = fs.create(d.ino, b"a", 0o644, ME).unwrap();

@@ -81,7 +81,17 @@ impl BlockDevice for ReadGate {
 /// An image with: `hot` (a small file the bystander uses), `d` holding `d/f` (a directory
 /// of 300 entries: several blocks), `big` (3 MiB: indirect blocks) and `small` (4 blocks).
 fn image() -> Arc<MemDevice> {
-    let mem = new_dev(128 << 20);
+    image_with(new_dev(128 << 20))
+}
+
+/// [`image`] on an image with pointer maps (disk version 2).
+fn image_pointers() -> Arc<MemDevice> {
+    image_with(new_dev_pointers(128 << 20))
+}
+
+/// Fills `mem`: "big" (3 MiB) is written in six pieces, each committed after a block of
+/// "filler", so that its map has six extents (an extent-tree block) or indirect blocks.
+fn image_with(mem: Arc<MemDevice>) -> Arc<MemDevice> {
     let fs = mount(&mem);
     fs.create(ROOT_INO, b"hot", 0o644, ME).unwrap();
     let d = fs.mkdir(ROOT_INO, b"d", 0o755, ME).unwrap().ino;
@@ -90,8 +100,14 @@ fn image() -> Arc<MemDevice> {
         fs.create(d, name.as_bytes(), 0o644, ME).unwrap();
     }
     let big = fs.create(ROOT_INO, b"big", 0o644, ME).unwrap().ino;
+    let filler = fs.create(ROOT_INO, b"filler", 0o644, ME).unwrap().ino;
     let data: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
-    fs.write(big, 0, &data).unwrap();
+    for (k, piece) in data.chunks(512 << 10).enumerate() {
+        fs.write(big, (k * (512 << 10)) as u64, piece).unwrap();
+        fs.sync().unwrap();
+        fs.write(filler, (k * BS) as u64, &[1u8; BS]).unwrap();
+        fs.sync().unwrap();
+    }
     let small = fs.create(ROOT_INO, b"small", 0o644, ME).unwrap().ino;
     fs.write(small, 0, &[7u8; 4 * BS]).unwrap();
     fs.unmount().unwrap();
@@ -127,7 +143,16 @@ fn bystander_goes_on<T: Send + 'static>(
     prepare: impl FnOnce(&Fs),
     cold: impl FnOnce(&Fs) -> T + Send + 'static,
 ) -> T {
-    let mem = image();
+    bystander_goes_on_in(image(), what, prepare, cold)
+}
+
+/// [`bystander_goes_on`] on the image `mem`.
+fn bystander_goes_on_in<T: Send + 'static>(
+    mem: Arc<MemDevice>,
+    what: &str,
+    prepare: impl FnOnce(&Fs),
+    cold: impl FnOnce(&Fs) -> T + Send + 'static,
+) -> T {
     let (gate, fs) = gated(&mem);
     let hot = ino_of(&fs, ROOT_INO, b"hot");
     fs.write(hot, 0, b"warm").unwrap();
@@ -214,8 +239,19 @@ fn a_cold_inode_lets_others_go_on() {
 }
 
 #[test]
+fn a_read_through_a_cold_extent_tree_lets_others_go_on() {
+    cold_map_read(image());
+}
+
+#[test]
 fn a_read_through_a_cold_indirect_block_lets_others_go_on() {
-    let got = bystander_goes_on(
+    cold_map_read(image_pointers());
+}
+
+/// A read whose block map is not in memory (extent-tree or indirect blocks).
+fn cold_map_read(mem: Arc<MemDevice>) {
+    let got = bystander_goes_on_in(
+        mem,
         "read",
         |fs| {
             // the inode is in memory, its indirect blocks are not
@@ -250,7 +286,18 @@ fn a_partial_write_of_a_cold_block_lets_others_go_on() {
 
 #[test]
 fn freeing_a_cold_file_lets_others_go_on() {
-    let left = bystander_goes_on(
+    cold_free(image());
+}
+
+#[test]
+fn freeing_a_cold_file_of_pointers_lets_others_go_on() {
+    cold_free(image_pointers());
+}
+
+/// Unlinking a file whose block map is not in memory.
+fn cold_free(mem: Arc<MemDevice>) {
+    let left = bystander_goes_on_in(
+        mem,
         "unlink",
         |fs| {
             // the directory and the inode are in memory; the indirect blocks are not

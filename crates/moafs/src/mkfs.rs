@@ -25,7 +25,18 @@ pub(crate) struct MkfsArgs {
     /// and so no per-file fsync of small overwrites).
     #[arg(long)]
     pub(crate) bytelog_blocks: Option<u32>,
+    /// How files map their blocks: `extents` (disk version 3) or `pointers` (12 direct
+    /// pointers and indirect blocks: disk version 2, which older moafs mounts).
+    #[arg(long, value_enum, default_value_t = MapKind::Extents)]
+    pub(crate) map: MapKind,
     pub(crate) image: PathBuf,
+}
+
+/// `mkfs --map`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MapKind {
+    Extents,
+    Pointers,
 }
 
 pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
@@ -74,6 +85,7 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         journal_blocks: a.journal_blocks,
         bytelog_blocks: a.bytelog_blocks,
         size_bytes: size,
+        pointer_maps: a.map == MapKind::Pointers,
         ..MkfsOptions::default()
     };
     let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {
@@ -90,6 +102,15 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         geo.total_blocks
     );
     say!("  block size:  {}", geo.block_size);
+    say!(
+        "  block maps:  {} (disk version {})",
+        if sb.has_extents() {
+            "extents"
+        } else {
+            "pointers"
+        },
+        sb.format_version
+    );
     say!(
         "  groups:      {} of {} blocks",
         geo.group_count,

@@ -229,6 +229,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             "norecovery" | "noload" if v.is_none() => p.engine.no_recovery = true,
             // enforce chattr +i/+a: answer OPEN (one request per open) to check it
             "iflags" if v.is_none() => p.fuse.inode_flags = true,
+            "extents" if v.is_none() => p.engine.convert_to_extents = true,
             "remount" | "bind" if v.is_none() => p.remount = true,
             _ if v.is_none() && moafs_fuse::is_vfs_option(k) => {
                 let vfs = &mut p.fuse.vfs_options;

@@ -308,6 +308,8 @@ fn remount_ignores(opt: &str) -> bool {
             // fixed at mount like the two above; a mount without it refuses chattr +i/+a
             // (EOPNOTSUPP), so ignoring it here leaves nothing unenforced
             | "iflags"
+            // a conversion the mount made (an image already version 3 is left as it is)
+            | "extents"
             | "fsname"
             | "subtype"
             | "auto"

@@ -8,8 +8,9 @@
 //! (from the device, from the engine's cache, or not at all to skip a subtree) and is told
 //! every mapped block, in logical order.
 
+use super::extent::{ExtNode, Extent};
 use super::{ptrs_per_block, DiskInode, N_DIRECT};
-use crate::error::FsResult;
+use crate::error::{FsError, FsResult};
 
 /// Where logical block `idx` hangs: a direct slot, or a root pointer (`level` 0: single,
 /// 1: double, 2: triple) and the offsets of the path below it.
@@ -62,12 +63,26 @@ pub trait MapVisitor {
     /// The pointers of indirect block `blk` at `level` (0: they point at data blocks), or
     /// `None` to skip what hangs below it (unreadable, damaged, seen before, not wanted).
     fn indirect(&mut self, blk: u64, level: usize) -> FsResult<Option<Vec<u32>>>;
+    /// Extent-tree block `blk`, decoded (its depth should be `depth`: the walk checks), or
+    /// `None` to skip what hangs below it.
+    fn extent_block(&mut self, blk: u64, depth: u16) -> FsResult<Option<ExtNode>>;
     /// Logical block `logical` is stored at `physical` (never 0: holes are not told).
     fn data(&mut self, logical: u64, physical: u64);
+    /// An extent: each of its blocks is told to [`MapVisitor::data`] unless overridden.
+    fn extent(&mut self, e: &Extent) {
+        for k in 0..e.len {
+            self.data(e.logical + k, e.physical + k);
+        }
+    }
 }
 
-/// Walks the map of `d` in logical order: the direct pointers, then each indirect tree.
+/// Walks the map of `d` in logical order: the direct pointers, then each indirect tree; or
+/// the extent tree (a child whose depth or logical range does not fit its index entry is
+/// corrupt).
 pub fn walk(d: &DiskInode, block_size: u32, v: &mut impl MapVisitor) -> FsResult<()> {
+    if let Some(root) = &d.extents {
+        return walk_extents(v, root, 0, max_file_blocks(block_size), None);
+    }
     for (i, &p) in d.direct.iter().enumerate() {
         if p != 0 {
             v.data(i as u64, p as u64);
@@ -82,6 +97,57 @@ pub fn walk(d: &DiskInode, block_size: u32, v: &mut impl MapVisitor) -> FsResult
         }
         base += span;
         span *= p;
+    }
+    Ok(())
+}
+
+/// Walks the extent node `node` (tree block `own`, or the root), whose entries must lie in
+/// logical blocks `lo..hi`.
+fn walk_extents(
+    v: &mut impl MapVisitor,
+    node: &ExtNode,
+    lo: u64,
+    hi: u64,
+    own: Option<u64>,
+) -> FsResult<()> {
+    let bad = |d: String| match own {
+        Some(b) => FsError::corrupt("extent-tree block", b, d),
+        None => FsError::corrupt("inode", 0, d),
+    };
+    match node {
+        ExtNode::Leaf(es) => {
+            for e in es {
+                if e.logical < lo || e.logical + e.len > hi {
+                    return Err(bad(format!(
+                        "extent {}+{} outside its index entry's {lo}..{hi}",
+                        e.logical, e.len
+                    )));
+                }
+                v.extent(e);
+            }
+        }
+        ExtNode::Index { depth, entries } => {
+            for (i, x) in entries.iter().enumerate() {
+                let next = entries.get(i + 1).map_or(hi, |n| n.logical);
+                if x.logical < lo || next > hi {
+                    return Err(bad(format!(
+                        "index entry at {} outside {lo}..{hi}",
+                        x.logical
+                    )));
+                }
+                let Some(child) = v.extent_block(x.child, depth - 1)? else {
+                    continue;
+                };
+                if child.depth() + 1 != *depth {
+                    return Err(FsError::corrupt(
+                        "extent-tree block",
+                        x.child,
+                        format!("depth {} below an index of depth {depth}", child.depth()),
+                    ));
+                }
+                walk_extents(v, &child, x.logical, next, Some(x.child))?;
+            }
+        }
     }
     Ok(())
 }
@@ -118,36 +184,54 @@ fn walk_tree(
 }
 
 /// The map of `d` as runs in logical order (consecutive logical blocks at consecutive
-/// physical blocks make one run); `pointers` gives an indirect block's pointers (`None`:
-/// what hangs below it is left out).
+/// physical blocks make one run); `pointers` gives an indirect block's pointers and
+/// `extent_block` an extent-tree block (`None`: what hangs below it is left out).
 pub fn runs(
     d: &DiskInode,
     block_size: u32,
     pointers: impl FnMut(u64) -> FsResult<Option<Vec<u32>>>,
+    extent_block: impl FnMut(u64) -> FsResult<Option<ExtNode>>,
 ) -> FsResult<Vec<Run>> {
-    struct Collect<F> {
+    struct Collect<F, G> {
         pointers: F,
+        extent_block: G,
         runs: Vec<Run>,
     }
-    impl<F: FnMut(u64) -> FsResult<Option<Vec<u32>>>> MapVisitor for Collect<F> {
-        fn indirect(&mut self, blk: u64, _level: usize) -> FsResult<Option<Vec<u32>>> {
-            (self.pointers)(blk)
-        }
-        fn data(&mut self, logical: u64, physical: u64) {
+    impl<F, G> Collect<F, G> {
+        fn add(&mut self, logical: u64, physical: u64, len: u64) {
             match self.runs.last_mut() {
                 Some(r) if r.logical + r.len == logical && r.physical + r.len == physical => {
-                    r.len += 1
+                    r.len += len
                 }
                 _ => self.runs.push(Run {
                     logical,
                     physical,
-                    len: 1,
+                    len,
                 }),
             }
         }
     }
+    impl<F, G> MapVisitor for Collect<F, G>
+    where
+        F: FnMut(u64) -> FsResult<Option<Vec<u32>>>,
+        G: FnMut(u64) -> FsResult<Option<ExtNode>>,
+    {
+        fn indirect(&mut self, blk: u64, _level: usize) -> FsResult<Option<Vec<u32>>> {
+            (self.pointers)(blk)
+        }
+        fn extent_block(&mut self, blk: u64, _depth: u16) -> FsResult<Option<ExtNode>> {
+            (self.extent_block)(blk)
+        }
+        fn data(&mut self, logical: u64, physical: u64) {
+            self.add(logical, physical, 1)
+        }
+        fn extent(&mut self, e: &Extent) {
+            self.add(e.logical, e.physical, e.len)
+        }
+    }
     let mut c = Collect {
         pointers,
+        extent_block,
         runs: Vec::new(),
     };
     walk(d, block_size, &mut c)?;
@@ -211,6 +295,9 @@ mod tests {
                     self.2.push((blk, level));
                     Ok(self.0.get(&blk).cloned())
                 }
+                fn extent_block(&mut self, _: u64, _: u16) -> FsResult<Option<ExtNode>> {
+                    unreachable!("a pointer map")
+                }
                 fn data(&mut self, l: u64, p: u64) {
                     self.1.push((l, p));
                 }
@@ -239,7 +326,8 @@ mod tests {
     #[test]
     fn runs_merge_what_is_contiguous_and_skipped_subtrees_are_left_out() {
         let (d, blocks, _) = sample(4096);
-        let r = runs(&d, 4096, |b| Ok(blocks.get(&b).cloned())).unwrap();
+        let none = |_| Ok(None);
+        let r = runs(&d, 4096, |b| Ok(blocks.get(&b).cloned()), none).unwrap();
         let n = N_DIRECT as u64;
         let p = ptrs_per_block(4096);
         let run = |logical, physical, len| Run {
@@ -257,8 +345,57 @@ mod tests {
             ]
         );
         // the double tree skipped: only what the direct and single pointers map
-        let r = runs(&d, 4096, |b| Ok((b != 20).then(|| blocks[&b].clone()))).unwrap();
+        let r = runs(
+            &d,
+            4096,
+            |b| Ok((b != 20).then(|| blocks[&b].clone())),
+            none,
+        )
+        .unwrap();
         assert_eq!(r.len(), 3);
+    }
+
+    #[test]
+    fn an_extent_tree_walks_in_order_and_a_misplaced_child_is_corrupt() {
+        use crate::format::extent::{pack, ExtIndex};
+        let es: Vec<Extent> = (0..1000u64)
+            .map(|i| Extent {
+                logical: i * 3,
+                len: 2,
+                physical: 10_000 + i * 5,
+            })
+            .collect();
+        let p = pack(&es, 4096, |i| 500 + i as u64);
+        let d = DiskInode {
+            extents: Some(p.root.clone()),
+            ..Default::default()
+        };
+        let blocks = p.blocks.clone();
+        let child = |b: u64| Ok(blocks.get((b - 500) as usize).cloned());
+        let r = runs(&d, 4096, |_| unreachable!(), child).unwrap();
+        let want: Vec<Run> = es
+            .iter()
+            .map(|e| Run {
+                logical: e.logical,
+                physical: e.physical,
+                len: e.len,
+            })
+            .collect();
+        assert_eq!(r, want);
+        // an index entry that claims a later start than its child's first extent
+        let ExtNode::Index { depth, mut entries } = p.root.clone() else {
+            panic!("1000 extents need tree blocks")
+        };
+        entries[0] = ExtIndex {
+            logical: 1,
+            ..entries[0]
+        };
+        let d = DiskInode {
+            extents: Some(ExtNode::Index { depth, entries }),
+            ..Default::default()
+        };
+        let child = |b: u64| Ok(blocks.get((b - 500) as usize).cloned());
+        assert!(runs(&d, 4096, |_| unreachable!(), child).is_err());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! bytes are decoded as is, and again with a valid crc stored in them, so that the field
 //! checks behind the crc are exercised too. The only requirement is not to panic.
 
+use super::extent::ExtNode;
 use super::journal::{Commit, Descriptor};
 use super::{
     decode_indirect, dir_salt, seal, Bounds, DirBlock, DiskInode, Geometry, GroupHeader,
@@ -9,7 +10,7 @@ use super::{
 };
 
 /// Structures a fuzz input can be decoded as (`kind % COUNT`).
-pub const COUNT: u8 = 8;
+pub const COUNT: u8 = 9;
 
 /// Decodes `data` as structure `kind`, raw and resealed; returns how many decodes succeeded.
 pub fn decode_resealed(kind: u8, data: &[u8]) -> usize {
@@ -28,6 +29,10 @@ pub fn decode_resealed(kind: u8, data: &[u8]) -> usize {
             seal(&mut b, at, 7)
         }
         5 => seal(&mut b, 4, 5),
+        8 => {
+            let at = b.len() - 4;
+            seal(&mut b, at, 7)
+        }
         _ => {
             let at = b.len() - 4;
             seal(&mut b, at, 9)
@@ -59,7 +64,8 @@ fn decode(kind: u8, b: &[u8]) -> usize {
             r => r.is_ok(),
         },
         6 => matches!(Descriptor::decode(b, 9, 0), Ok(Some(_))),
-        _ => matches!(Commit::decode(b, 9, 0), Ok(Some(_))),
+        7 => matches!(Commit::decode(b, 9, 0), Ok(Some(_))),
+        _ => ExtNode::decode_block(b, 7, &bounds).is_ok(),
     };
     ok as usize
 }
@@ -90,6 +96,10 @@ pub enum Structure {
     Indirect {
         block: u64,
     },
+    /// An extent-tree block (FORMAT.md section 6a).
+    ExtentBlock {
+        block: u64,
+    },
     /// The block `xattr_block` of inode `ino` points to ("MXAT" or "MXAL").
     XattrHead {
         ino: u64,
@@ -115,6 +125,7 @@ impl Structure {
             | Structure::Inode { block, .. }
             | Structure::Dir { block, .. }
             | Structure::Indirect { block }
+            | Structure::ExtentBlock { block }
             | Structure::XattrHead { block, .. }
             | Structure::XattrCont { block, .. } => block,
         }
@@ -164,6 +175,14 @@ impl Structure {
                 v
             }
             Structure::Indirect { .. } => (0..8).map(|i| (4 * i, 4)).collect(),
+            // header, then the first entries' logical, length and physical words
+            Structure::ExtentBlock { .. } => {
+                let mut v = vec![(0, 2), (2, 2), (4, 2)];
+                for at in [8usize, 20, 32] {
+                    v.extend([(at, 4), (at + 4, 2), (at + 6, 2), (at + 8, 4)]);
+                }
+                v
+            }
             Structure::XattrHead { .. } => vec![
                 (8, 2),
                 (8, 4),
@@ -199,7 +218,9 @@ impl Structure {
                 ino,
             ),
             Structure::Dir { ino, index, .. } => seal(block, 4, dir_salt(ino, index)),
-            Structure::Indirect { block: b } => seal(block, bs - 4, b),
+            Structure::Indirect { block: b } | Structure::ExtentBlock { block: b } => {
+                seal(block, bs - 4, b)
+            }
             Structure::XattrHead { ino, .. } => seal(block, 4, ino),
             Structure::XattrCont { ino, i, .. } => seal(block, 4, super::xattr::cont_salt(ino, i)),
         }
@@ -223,6 +244,7 @@ mod tests {
                     0 => b"MOAFS\0v1",
                     1 => b"MJNL\x01\0\0\0",
                     2 => b"MJNL\x02\0\0\0",
+                    3 => b"\xf5\xe3\x03\0\0\0\0\0",
                     _ => &[0u8; 8],
                 };
                 data[..8].copy_from_slice(magic);

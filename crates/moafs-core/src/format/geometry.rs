@@ -140,6 +140,8 @@ pub struct Bounds {
     pub geo: Geometry,
     /// The journal and the byte log after it (`Superblock::log_range`).
     log: (u64, u64),
+    /// Inodes may have extent maps (version 3, `FEATURE_EXTENTS`).
+    pub extents: bool,
 }
 
 impl Bounds {
@@ -148,12 +150,17 @@ impl Bounds {
         Bounds {
             geo: Geometry::from_superblock(sb),
             log: (r.start, r.end),
+            extents: sb.has_extents(),
         }
     }
 
     /// Bounds of a geometry without a journal or byte log (decoder tests and fuzzing).
     pub fn without_log(geo: Geometry) -> Bounds {
-        Bounds { geo, log: (0, 0) }
+        Bounds {
+            geo,
+            log: (0, 0),
+            extents: true,
+        }
     }
 
     /// `b` is a data block (see the type's doc).
@@ -162,6 +169,18 @@ impl Bounds {
         b < geo.total_blocks
             && b - geo.group_start(geo.group_of_block(b)) >= geo.meta_blocks() as u64
             && !(self.log.0..self.log.1).contains(&b)
+    }
+
+    /// `len` blocks from `first` are all data blocks (of one group, none in the logs).
+    pub fn is_data_run(&self, first: u64, len: u64) -> bool {
+        if len == 0 || first >= super::extent::PHYS_LIMIT {
+            return false;
+        }
+        let last = first + len - 1;
+        self.is_data_block(first)
+            && self.is_data_block(last)
+            && self.geo.group_of_block(first) == self.geo.group_of_block(last)
+            && (last < self.log.0 || first >= self.log.1)
     }
 
     /// Blocks a file can map: 12 direct, then single, double and triple indirect.

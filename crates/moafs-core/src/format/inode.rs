@@ -1,5 +1,6 @@
 //! Inode slots: 256 bytes each in the group's inode table, crc salted with the inode number.
 
+use super::extent::ExtNode;
 use super::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, seal, verify, Bounds};
 use crate::error::{FsError, FsResult};
 
@@ -34,6 +35,9 @@ pub struct DiskInode {
     pub indirect: [u32; 3],
     /// Directories: the inode number of the parent directory.
     pub parent: u64,
+    /// Slot layout 2 (version 3): the root of the inode's extent map, which then has no
+    /// `direct` or `indirect` pointers (they stay zero).
+    pub extents: Option<ExtNode>,
 }
 
 impl DiskInode {
@@ -58,14 +62,18 @@ impl DiskInode {
         put_u32(slot, 84, self.generation);
         put_u32(slot, 88, self.flags);
         put_u32(slot, 92, self.xattr_block);
-        for (i, p) in self.direct.iter().enumerate() {
-            put_u32(slot, 96 + i * 4, *p);
-        }
-        for (i, p) in self.indirect.iter().enumerate() {
-            put_u32(slot, 144 + i * 4, *p);
+        if let Some(root) = &self.extents {
+            root.encode_root(slot);
+        } else {
+            for (i, p) in self.direct.iter().enumerate() {
+                put_u32(slot, 96 + i * 4, *p);
+            }
+            for (i, p) in self.indirect.iter().enumerate() {
+                put_u32(slot, 144 + i * 4, *p);
+            }
         }
         put_u64(slot, 160, self.parent);
-        put_u16(slot, 168, 1); // slot layout version
+        put_u16(slot, 168, if self.extents.is_some() { 2 } else { 1 }); // slot layout
         seal(slot, CRC_AT, ino);
     }
 
@@ -94,6 +102,15 @@ impl DiskInode {
                 .zip(self.indirect),
         );
         ptrs.push(("xattr", self.xattr_block));
+        if let Some(root) = &self.extents {
+            if !bounds.extents {
+                return Err("an extent map in an image without extent maps".into());
+            }
+            if ptrs[..N_DIRECT + 3].iter().any(|p| p.1 != 0) {
+                return Err("an extent map with block pointers".into());
+            }
+            root.check(bounds, None)?;
+        }
         for (i, &(what, p)) in ptrs.iter().enumerate() {
             if p == 0 {
                 continue;
@@ -150,10 +167,29 @@ impl DiskInode {
             )
         };
         let mut direct = [0u32; N_DIRECT];
-        for (i, p) in direct.iter_mut().enumerate() {
-            *p = get_u32(slot, 96 + i * 4);
-        }
-        let _layout = get_u16(slot, 168);
+        let mut indirect = [0u32; 3];
+        let extents = match get_u16(slot, 168) {
+            1 => {
+                for (i, p) in direct.iter_mut().enumerate() {
+                    *p = get_u32(slot, 96 + i * 4);
+                }
+                for (i, p) in indirect.iter_mut().enumerate() {
+                    *p = get_u32(slot, 144 + i * 4);
+                }
+                None
+            }
+            2 => Some(
+                ExtNode::decode_root(slot)
+                    .map_err(|d| FsError::corrupt("inode", block, format!("inode {ino}: {d}")))?,
+            ),
+            other => {
+                return Err(FsError::corrupt(
+                    "inode",
+                    block,
+                    format!("inode {ino}: slot layout {other}"),
+                ))
+            }
+        };
         Ok(DiskInode {
             mode: get_u32(slot, 0),
             uid: get_u32(slot, 4),
@@ -170,8 +206,9 @@ impl DiskInode {
             flags: get_u32(slot, 88),
             xattr_block: get_u32(slot, 92),
             direct,
-            indirect: [get_u32(slot, 144), get_u32(slot, 148), get_u32(slot, 152)],
+            indirect,
             parent: get_u64(slot, 160),
+            extents,
         })
     }
 }

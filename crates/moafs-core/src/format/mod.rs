@@ -1,4 +1,4 @@
-//! The on-disk format, version 2. `docs/FORMAT.md` is the byte-by-byte specification; this
+//! The on-disk format, version 3. `docs/FORMAT.md` is the byte-by-byte specification; this
 //! module is its only implementation (shared by mkfs, the engine, fsck and inspect).
 //!
 //! All integers are little-endian. Every metadata block carries a crc32c: the superblock,
@@ -10,6 +10,7 @@ pub mod bitmap;
 pub mod blockmap;
 pub mod bytelog;
 mod dir;
+pub mod extent;
 pub mod fuzzing;
 mod geometry;
 mod group;
@@ -25,9 +26,10 @@ pub use geometry::{Bounds, Geometry};
 pub use group::{bitmap_crc, GroupHeader, GROUP_MAGIC};
 pub use inode::{DiskInode, INODE_BYTES, N_DIRECT};
 pub use superblock::{
-    Superblock, COMPAT_INODE_FLAGS, FEATURE_BYTELOG, FEATURE_BYTELOG_WB, FEATURE_JOURNAL,
-    FEATURE_JOURNAL_COMPACT, FEATURE_LARGE_XATTR, FEATURE_NVM, FORMAT_VERSION, FORMAT_VERSION_MIN,
-    NVM_PATH_AT, SB_CRC_AT, SB_MAGIC, STATE_CLEAN, STATE_MOUNTED,
+    Superblock, COMPAT_INODE_FLAGS, FEATURE_BYTELOG, FEATURE_BYTELOG_WB, FEATURE_EXTENTS,
+    FEATURE_JOURNAL, FEATURE_JOURNAL_COMPACT, FEATURE_LARGE_XATTR, FEATURE_NVM, FORMAT_VERSION,
+    FORMAT_VERSION_MIN, FORMAT_VERSION_POINTERS, NVM_PATH_AT, SB_CRC_AT, SB_MAGIC, STATE_CLEAN,
+    STATE_MOUNTED,
 };
 pub use xattr::{
     XattrBlock, XattrHead, XATTR_CONT_MAGIC, XATTR_LARGE_MAGIC, XATTR_MAGIC, XATTR_MAX_BLOCKS,

@@ -7,10 +7,13 @@ use crate::error::{FsError, FsResult};
 /// counting up from them can never overflow.
 pub const SEQ_LIMIT: u64 = 1 << 62;
 pub const SB_MAGIC: &[u8; 8] = b"MOAFS\0v1";
-/// Disk-format version, independent of the crate version. Version 2 added the byte log
-/// (`bytelog_*` fields, [`FEATURE_BYTELOG`]); version 1 images are read as version 2 images
-/// without one (their bytes 176..252 are zero) and stay version 1.
-pub const FORMAT_VERSION: u32 = 2;
+/// Disk-format version, independent of the crate version. Version 3 added extent maps
+/// ([`FEATURE_EXTENTS`]); version 2 the byte log (`bytelog_*` fields, [`FEATURE_BYTELOG`]);
+/// version 1 images are read as version 2 images without one (their bytes 176..252 are
+/// zero) and stay version 1; version 1 and 2 images stay what they are unless converted.
+pub const FORMAT_VERSION: u32 = 3;
+/// The version of an image without extent maps.
+pub const FORMAT_VERSION_POINTERS: u32 = 2;
 /// Oldest disk-format version this code reads.
 pub const FORMAT_VERSION_MIN: u32 = 1;
 /// `state`: cleanly unmounted.
@@ -36,6 +39,9 @@ pub const FEATURE_BYTELOG_WB: u64 = 16;
 /// which a reader that knows only descriptors and commit blocks would not find. Set while
 /// mounted writable with a journal; a clean unmount (journal empty) clears it.
 pub const FEATURE_JOURNAL_COMPACT: u64 = 32;
+/// `features_incompat`: inodes may have extent maps (slot layout 2, FORMAT.md section 6a).
+/// Set in every version-3 image and in no older one.
+pub const FEATURE_EXTENTS: u64 = 64;
 /// `features_compat` bit 0: some inode has carried the immutable or append-only flag
 /// (`fs/iflags.rs`), so a mount must check opens against inode flags. Compatible: a reader
 /// that does not know it reads the image correctly (it just does not enforce the flags).
@@ -214,6 +220,11 @@ impl Superblock {
         self.features_incompat & FEATURE_NVM != 0
     }
 
+    /// Inodes may have extent maps (version 3).
+    pub fn has_extents(&self) -> bool {
+        self.features_incompat & FEATURE_EXTENTS != 0
+    }
+
     pub fn has_bytelog(&self) -> bool {
         self.features_incompat & FEATURE_BYTELOG != 0
     }
@@ -263,10 +274,14 @@ impl Superblock {
                 | FEATURE_BYTELOG
                 | FEATURE_NVM
                 | FEATURE_BYTELOG_WB
-                | FEATURE_JOURNAL_COMPACT)
+                | FEATURE_JOURNAL_COMPACT
+                | FEATURE_EXTENTS)
             != 0
         {
             return bad("unknown incompatible features");
+        }
+        if self.has_extents() != (self.format_version >= 3) {
+            return bad("the extent-map feature without version 3, or version 3 without it");
         }
         if self.root_ino != 1 {
             return bad("root inode is not 1");

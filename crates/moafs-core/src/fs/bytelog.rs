@@ -405,7 +405,11 @@ impl Inner {
         // image (the block map above all, links, extended attributes) needs the committer.
         let mut same = node.d.clone();
         InodeAttrs::of(saved).apply(&mut same);
-        if same != *saved || node.meta_reserved || node.dir.is_some() {
+        let map_changing = node
+            .ext
+            .as_ref()
+            .is_some_and(|e| e.is_dirty() || e.tree_promised() > 0);
+        if same != *saved || node.meta_reserved || map_changing || node.dir.is_some() {
             return Ok(None);
         }
         let attrs = InodeAttrs::of(&node.d);

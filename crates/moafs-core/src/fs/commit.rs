@@ -382,6 +382,7 @@ impl Inner {
         inos.extend(self.touched.drain());
         inos.sort_unstable();
         inos.dedup();
+        self.write_extent_maps(&inos)?;
         self.write_inodes(&inos)?;
         self.write_groups()?;
         self.write_superblocks()?;
@@ -738,6 +739,25 @@ impl Inner {
         Ok(())
     }
 
+    /// Packs the changed extent maps among `inos` (the touched ones): their roots go into
+    /// their inodes, their changed tree blocks into the transaction (`extents.rs`).
+    fn write_extent_maps(&mut self, inos: &[u64]) -> FsResult<()> {
+        for &ino in inos {
+            let Some(r) = self.repack_extents(ino)? else {
+                continue;
+            };
+            for &b in &r.freed {
+                self.alloc.free_later(b, 1);
+            }
+            self.building.blocks.extend(r.write);
+            let node = self.inodes.get_mut(&ino).expect("repacked above");
+            node.d.extents = Some(r.root);
+            node.d.blocks = (node.d.blocks + r.allocated).saturating_sub(r.freed.len() as u64);
+            node.dirty = true;
+        }
+        Ok(())
+    }
+
     /// Encodes the dirty inodes among `inos` (the touched ones) and the freed slots.
     fn write_inodes(&mut self, inos: &[u64]) -> FsResult<()> {
         let geo = self.alloc.geo;
@@ -840,6 +860,10 @@ impl Inner {
             logged += l;
             homeless += h;
             meta += n.meta_reserved as u64 + n.deep_reserved.len() as u64;
+            meta += n.ext.as_ref().map_or(0, |e| e.tree_promised());
+            if n.ext.is_some() != n.d.extents.is_some() && n.ext.is_some() {
+                return Err(format!("inode {ino}: an extent map for a pointer map"));
+            }
             if let Some(d) = &n.dir {
                 if d.blocks.iter().any(|b| b.dirty) && !d.any_dirty {
                     return Err(format!("directory {ino}: a dirty block but not any_dirty"));

@@ -184,13 +184,22 @@ impl Inner {
         Ok(())
     }
 
-    /// Blocks `0..nb` of `ino` that have a disk address (direct pointers).
-    fn mapped_blocks(&self, ino: u64, nb: u64) -> FsResult<u64> {
-        let node = self.inodes.get(&ino).ok_or(FsError::Stale { ino })?;
-        Ok(node.d.direct[..nb as usize]
+    /// Blocks `0..nb` of `ino` that have a disk address (`nb` at most `N_DIRECT`: direct
+    /// pointers, or an extent map in the inode or loaded).
+    fn mapped_blocks(&mut self, ino: u64, nb: u64) -> FsResult<u64> {
+        Ok(self
+            .old_blocks(ino, nb)?
             .iter()
             .filter(|p| **p != 0)
             .count() as u64)
+    }
+
+    /// The disk addresses of blocks `0..nb` of `ino` (0: none).
+    fn old_blocks(&mut self, ino: u64, nb: u64) -> FsResult<Vec<u64>> {
+        if !self.inodes.contains_key(&ino) {
+            return Err(FsError::Stale { ino });
+        }
+        (0..nb).map(|i| self.bmap(ino, i)).collect()
     }
 
     /// Takes `files` (whole, in order) into the commit as one vectored request to the
@@ -211,17 +220,15 @@ impl Inner {
         let mut phys = start;
         let mut relocated = 0;
         for &(ino, nb) in files {
-            let old: Vec<u64> = self.inodes[&ino].d.direct[..nb as usize]
-                .iter()
-                .map(|p| *p as u64)
-                .collect();
+            let old = self.old_blocks(ino, nb)?;
             for &o in old.iter().filter(|o| **o != 0) {
                 self.alloc.free_later(o, 1);
                 relocated += 1;
             }
             let mut unreserved = 0;
             for (idx, o) in old.iter().enumerate() {
-                self.set_bmap(ino, idx as u64, phys)?; // a direct slot: nothing to allocate
+                // a direct slot or an extent: nothing to allocate before the commit packs it
+                self.set_bmap(ino, idx as u64, phys)?;
                 let node = self.inodes.get_mut(&ino).expect("set_bmap loaded it");
                 if *o == 0 {
                     node.d.blocks += 1;

@@ -205,6 +205,9 @@ impl Inner {
         let Some(n) = self.inodes.get(&ino) else {
             return false;
         };
+        if n.d.extents.is_some() {
+            return n.ext.is_some() || n.d.extents.as_ref().is_some_and(|r| r.depth() == 0);
+        }
         let direct = crate::format::N_DIRECT as u64;
         if last < direct {
             return true;
@@ -219,7 +222,13 @@ impl Inner {
     fn block_resident(&self, ino: u64, idx: u64) -> bool {
         self.inodes.get(&ino).is_some_and(|n| {
             n.cache.contains_key(&idx)
-                || (idx < crate::format::N_DIRECT as u64 && n.d.direct[idx as usize] == 0)
+                || match (&n.ext, &n.d.extents) {
+                    (Some(map), _) => map.get(idx) == 0,
+                    (None, Some(_)) => false,
+                    (None, None) => {
+                        idx < crate::format::N_DIRECT as u64 && n.d.direct[idx as usize] == 0
+                    }
+                }
         })
     }
 
@@ -268,6 +277,10 @@ impl Inner {
     /// up billions; what a pass leaves out, the operation reads under the lock).
     pub(crate) fn warm_map(&mut self, ino: u64, first: u64, last: u64) {
         if self.map_resident(ino, last) || self.inode(ino).is_err() {
+            return;
+        }
+        if self.has_extents(ino) {
+            let _ = self.ext_map(ino); // the whole map, a level per round
             return;
         }
         // an indirect block maps an aligned run of `per` blocks: one lookup in each run

@@ -41,6 +41,7 @@ mod cowrite;
 mod data;
 mod dir;
 mod epoch;
+mod extents;
 mod fetch;
 mod homeless;
 pub mod iflags;

@@ -167,6 +167,11 @@ impl Fs {
             if inner.journal.is_some() {
                 inner.sb.features_incompat |= crate::format::FEATURE_JOURNAL_COMPACT;
             }
+            if inner.opts.convert_to_extents && !inner.sb.has_extents() {
+                // written home below, with the backups, before anything refers to it
+                inner.sb.format_version = crate::format::FORMAT_VERSION;
+                inner.sb.features_incompat |= crate::format::FEATURE_EXTENTS;
+            }
             inner.sb.state = STATE_MOUNTED;
             inner.sb.mount_count = inner.sb.mount_count.wrapping_add(1); // a counter only
             inner.write_superblocks_in_place()?;

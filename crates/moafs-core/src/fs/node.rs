@@ -41,6 +41,8 @@ pub(crate) struct Inode {
     /// The attributes (mode, owner, flags, size, times) durable by the last commit or
     /// byte-log record.
     pub logged: InodeAttrs,
+    /// The extent map (extent-mapped inodes, once used: `extents.rs`).
+    pub ext: Option<super::extents::ExtMap>,
     /// An unnamed file of open(O_TMPFILE) without O_EXCL: `link` may give it its first name
     /// (the VFS's I_LINKABLE; in memory only — after a crash it is an orphan, freed).
     pub linkable: bool,
@@ -66,6 +68,7 @@ impl Inode {
             xattrs: None,
             xattr_cont: Vec::new(),
             xattr_dirty: false,
+            ext: None,
             linkable: false,
         }
     }
@@ -75,6 +78,7 @@ impl Inode {
             || self.xattr_dirty
             || self.cache.dirty_count() > 0
             || self.dir.as_ref().is_some_and(|d| d.any_dirty)
+            || self.ext.as_ref().is_some_and(|e| e.is_dirty())
     }
     pub fn is_dir(&self) -> bool {
         self.d.mode & libc::S_IFMT == libc::S_IFDIR
@@ -171,6 +175,9 @@ impl Inner {
     /// on their paths that do not exist yet (an indirect block not in memory counts as
     /// existing: a file with reservations has the paths it walked loaded).
     pub(crate) fn pending_indirect(&mut self, ino: u64) -> FsResult<u64> {
+        if self.inode(ino)?.d.extents.is_some() {
+            return self.pending_tree_blocks(ino);
+        }
         let node = self.inode(ino)?;
         let top = node.d.indirect;
         let reserved: Vec<u64> = node.cache.reserved_blocks().collect();
@@ -225,12 +232,30 @@ impl Inner {
     /// blocks as the engine holds them, loading those it has not read).
     pub(crate) fn map_runs(&mut self, ino: u64) -> FsResult<Vec<Run>> {
         let d = self.inode(ino)?.d.clone();
+        if d.extents.is_some() {
+            return Ok(self.ext_map(ino)?.runs());
+        }
         let bs = self.alloc.geo.block_size;
-        blockmap::runs(&d, bs, |blk| Ok(Some(self.load_ind(blk)?.ptrs.clone())))
+        let no_extents = |b| {
+            Err(FsError::corrupt(
+                "inode",
+                b,
+                "an extent block in a pointer map",
+            ))
+        };
+        blockmap::runs(
+            &d,
+            bs,
+            |blk| Ok(Some(self.load_ind(blk)?.ptrs.clone())),
+            no_extents,
+        )
     }
 
     /// Disk block of logical block `idx` of `ino`, 0 for a hole.
     pub(crate) fn bmap(&mut self, ino: u64, idx: u64) -> FsResult<u64> {
+        if self.inode(ino)?.d.extents.is_some() {
+            return Ok(self.ext_map(ino)?.get(idx));
+        }
         let bs = self.alloc.geo.block_size;
         let Some(path) = bpath(idx, bs) else {
             return Ok(0);
@@ -254,6 +279,14 @@ impl Inner {
     /// Sets the disk block of logical block `idx`, allocating indirect blocks near `goal`.
     pub(crate) fn set_bmap(&mut self, ino: u64, idx: u64, phys: u64) -> FsResult<()> {
         let bs = self.alloc.geo.block_size;
+        if self.inode(ino)?.d.extents.is_some() {
+            if idx >= blockmap::max_file_blocks(bs) {
+                return Err(FsError::FileTooBig);
+            }
+            self.ext_map(ino)?.set(idx, phys);
+            self.inode(ino)?.dirty = true;
+            return Ok(());
+        }
         let path = bpath(idx, bs).ok_or(FsError::FileTooBig)?;
         match path {
             BPath::Direct(i) => {
@@ -309,6 +342,9 @@ impl Inner {
 
     /// Frees every data and indirect block of `ino` at logical index `from` or beyond.
     pub(crate) fn free_from(&mut self, ino: u64, from: u64) -> FsResult<()> {
+        if self.inode(ino)?.d.extents.is_some() {
+            return self.free_extents_from(ino, from);
+        }
         let p = ptrs_per_block(self.alloc.geo.block_size);
         let mut freed = 0u64;
         let node = self.inode(ino)?;

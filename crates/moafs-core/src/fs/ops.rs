@@ -256,6 +256,10 @@ impl Inner {
             rdev,
             generation: old_gen.wrapping_add(1),
             parent: if is_dir { parent } else { 0 },
+            extents: self
+                .sb
+                .has_extents()
+                .then(crate::format::extent::ExtNode::default),
             ..Default::default()
         };
         let mut node = Inode::new(d, false);

@@ -61,11 +61,13 @@ impl Inner {
     }
 
     /// [`Self::avail_for_reservation`] counting blocks whose free waits for a commit, less
-    /// the indirect block a file that takes it all reserves besides its data.
+    /// the indirect block a file that takes it all reserves besides its data (pointer maps;
+    /// a new file of an extent-mapped image takes its tree blocks from the slack that
+    /// `reservable` holds back).
     pub(crate) fn avail_blocks(&self) -> u64 {
         self.space
             .reservable(self.alloc.free_blocks() + self.alloc.pending_block_count())
-            .saturating_sub(1)
+            .saturating_sub(u64::from(!self.sb.has_extents()))
     }
 
     /// Free blocks as `statfs` reports them: free or freed by the next commit, less the
@@ -86,6 +88,9 @@ impl Inner {
         let Some(&last) = blocks.last() else {
             return Ok(());
         };
+        if self.inode(ino)?.d.extents.is_some() {
+            return self.reserve_tree_blocks(ino, n);
+        }
         if last < crate::format::N_DIRECT as u64 {
             return Ok(());
         }
@@ -122,6 +127,26 @@ impl Inner {
         node.meta_reserved |= single;
         node.deep_reserved.extend(deep);
         Ok(())
+    }
+
+    /// The tree blocks an extent-mapped `ino` may need for `n` more data blocks (already
+    /// promised by the caller, taken back if this fails): out of the space `reservable`
+    /// holds back, as the deeper indirect blocks are.
+    fn reserve_tree_blocks(&mut self, ino: u64, n: u64) -> FsResult<()> {
+        let more = match self.extent_blocks_to_promise(ino, n) {
+            Ok(m) => m,
+            Err(e) => {
+                self.space.data -= n; // (the map did not load: nothing counted)
+                return Err(e);
+            }
+        };
+        if more > 0 && self.space.data + self.space.meta + more > self.alloc.free_blocks() {
+            self.forget_extent_promise(ino, n);
+            self.space.data -= n;
+            return Err(FsError::NoSpace);
+        }
+        self.space.meta += more;
+        self.note_extent_promise(ino, more)
     }
 
     /// A directory that had `before` blocks may have grown: its new blocks get addresses at

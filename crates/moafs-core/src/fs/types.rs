@@ -283,6 +283,11 @@ pub struct MountOptions {
     /// fsync commits (the baseline). Needs an image with a byte log and `journal=ordered`
     /// or `data`.
     pub bytelog: bool,
+    /// Convert an image with pointer maps (disk version 1 or 2) to version 3 at this
+    /// writable mount: files and directories made from then on map their blocks by extents
+    /// (FORMAT.md section 6a); the files it has keep their pointer maps. An image that is
+    /// version 3 already is unchanged.
+    pub convert_to_extents: bool,
     /// A block goes to the byte log only while fewer than this many of its bytes (counted in
     /// 128-byte units) changed since it was last logged or written home (the paper's 2048).
     pub bytelog_threshold: u32,
@@ -352,6 +357,7 @@ impl Default for MountOptions {
             wb_sorted: true,
             write_behind_bytes: 16 << 20,
             bytelog: true,
+            convert_to_extents: false,
             bytelog_threshold: 2048,
             bytelog_writeback: false,
             nvm_threshold: 2048,

@@ -7,8 +7,9 @@
 use super::finding::Finding;
 use super::layout::Layout;
 use crate::device::BlockDevice;
-use crate::error::FsResult;
+use crate::error::{FsError, FsResult};
 use crate::format::blockmap::{walk, MapVisitor};
+use crate::format::extent::ExtNode;
 use crate::format::{
     decode_indirect, Bounds, DirBlock, DiskInode, Geometry, GroupHeader, Superblock, XattrBlock,
     XattrHead, INODE_BYTES,
@@ -220,6 +221,23 @@ impl Checker<'_> {
                     }
                 }
             }
+            fn extent_block(&mut self, blk: u64, _depth: u16) -> FsResult<Option<ExtNode>> {
+                let (c, ino) = (&mut *self.checker, self.ino);
+                if !c.claim(blk, ino) {
+                    return Ok(None);
+                }
+                let buf = c.read(blk)?;
+                match ExtNode::decode_block(&buf, blk, &c.bounds) {
+                    Ok(n) => Ok(Some(n)),
+                    Err(e) => {
+                        c.err(Finding::BlockDamaged {
+                            ino,
+                            detail: e.to_string(),
+                        });
+                        Ok(None)
+                    }
+                }
+            }
             fn data(&mut self, logical: u64, physical: u64) {
                 if self.checker.claim(physical, self.ino) {
                     self.out.push((logical, physical));
@@ -233,7 +251,15 @@ impl Checker<'_> {
             ino,
             out: Vec::new(),
         };
-        walk(d, bs, &mut v)?;
+        match walk(d, bs, &mut v) {
+            Ok(()) => {}
+            // a tree block that decodes but does not fit where it hangs (depth, range)
+            Err(e @ FsError::Corrupt { .. }) => v.checker.err(Finding::BlockDamaged {
+                ino,
+                detail: e.to_string(),
+            }),
+            Err(e) => return Err(e),
+        }
         Ok(v.out)
     }
 
