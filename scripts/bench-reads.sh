@@ -23,6 +23,7 @@
 #
 #   scripts/bench-reads.sh [REPS] [WORKLOADS...]        (root)
 #   TARGETS="ext4 xfs moafs moafs:readahead=linux" scripts/bench-reads.sh 3 rand256 seq64 inter
+# (`moafs-pointers`: moafs on an image made with `mkfs --map pointers`, disk version 2)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 MOAFS=${MOAFS:-$(cd "$(dirname "$0")/.." && pwd)/target/release/moafs}
@@ -53,7 +54,7 @@ opts() { [[ $1 == *:* ]] && echo "${1#*:}" || true; }
 do_mount() {
   local t=$1 k; k=$(kind "$t")
   case $k in
-    moafs)
+    moafs|moafs-pointers)
       local o; o=$(opts "$t")
       rm -f "$work/stats.json"
       "$MOAFS" mount -o "pidfile=$work/$k.$$.pid,stats=$work/stats.json${o:+,$o}" "${LOOP[$t]}" "${MNT[$t]}"
@@ -77,6 +78,7 @@ for t in $TARGETS; do
   MNT[$t]=$work/mnt$i; mkdir -p "${MNT[$t]}"
   case $k in
     moafs) "$MOAFS" mkfs "${LOOP[$t]}" >/dev/null ;;
+    moafs-pointers) "$MOAFS" mkfs --map pointers "${LOOP[$t]}" >/dev/null ;;
     ext4) mkfs.ext4 -q -F "${LOOP[$t]}" ;;
     xfs) mkfs.xfs -q -f "${LOOP[$t]}" ;;
     raw) dd if=/dev/urandom of="${LOOP[$t]}" bs=1M count="$FILE_MB" status=none oflag=direct
@@ -156,7 +158,7 @@ for rep in $(seq "$REPS"); do
       do_umount "$t"
       req=$((r1 - r0)); kib=$(((s1 - s0) / 2))
       daemon="- - - -"
-      if [ -f "$work/stats.json" ] && [ "$(kind "$t")" = moafs ]; then
+      if [ -f "$work/stats.json" ] && [[ "$(kind "$t")" == moafs* ]]; then
         daemon=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["reads"]; n=r["requests"]
 print(n, round(r["requested_bytes"]/1024/max(n,1),1), r["prefetched_bytes"]//1024, r["prefetched_unused_bytes"]//1024)' "$work/stats.json")
         rm -f "$work/stats.json"

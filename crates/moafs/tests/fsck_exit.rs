@@ -72,7 +72,7 @@ fn exit_codes_are_e2fsck_s() {
     );
     assert_eq!(fsck("-n", &path).0, 0);
 
-    // a block used twice is left, the link count corrected: 1 | 4
+    // a block used twice is left, the link count corrected: 1 | 4 (b's extent map given to a)
     let mut img = clean.clone();
     let shared = DiskInode::decode_unchecked(
         &clean[geo.inode_location(b).0 as usize * BS + geo.inode_location(b).1..][..256],
@@ -80,9 +80,10 @@ fn exit_codes_are_e2fsck_s() {
         geo.inode_location(b).0,
     )
     .unwrap()
-    .direct[0];
+    .extents;
+    assert!(shared.is_some(), "mkfs makes extent maps");
     edit(&mut img, &geo, a, |d| {
-        d.direct[0] = shared;
+        d.extents = shared;
         d.nlink = 2;
     });
     std::fs::write(&path, &img).unwrap();
