@@ -81,7 +81,8 @@ pub trait MapVisitor {
 /// corrupt).
 pub fn walk(d: &DiskInode, block_size: u32, v: &mut impl MapVisitor) -> FsResult<()> {
     if let Some(root) = &d.extents {
-        return walk_extents(v, root, 0, max_file_blocks(block_size), None);
+        let hi = super::extent::max_file_blocks(block_size);
+        return walk_extents(v, root, 0, hi, None);
     }
     for (i, &p) in d.direct.iter().enumerate() {
         if p != 0 {

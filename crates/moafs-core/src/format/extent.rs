@@ -19,6 +19,14 @@ pub const MAX_EXTENT_LEN: u64 = 32768;
 pub const MAX_DEPTH: u16 = 4;
 /// Block numbers in an extent map are 48-bit.
 pub const PHYS_LIMIT: u64 = 1 << 48;
+/// Logical block numbers are 32-bit: an extent-mapped file has fewer blocks than this.
+pub const LOGICAL_LIMIT: u64 = 1 << 32;
+
+/// The most logical blocks an extent-mapped file of `block_size` blocks holds: the pointer
+/// map's limit (FORMAT.md section 5) or 2^32 blocks, the smaller (16 KiB blocks: 64 TiB).
+pub fn max_file_blocks(block_size: u32) -> u64 {
+    super::blockmap::max_file_blocks(block_size).min(LOGICAL_LIMIT)
+}
 /// Where the root starts in an inode slot, and its size.
 pub const ROOT_AT: usize = 96;
 pub const ROOT_BYTES: usize = 64;
@@ -223,7 +231,7 @@ impl ExtNode {
         match self {
             ExtNode::Leaf(es) => {
                 for e in es {
-                    if e.logical + e.len > bounds.max_file_blocks() {
+                    if e.logical + e.len > max_file_blocks(bounds.geo.block_size) {
                         return Err(format!("extent at {} beyond the largest file", e.logical));
                     }
                     if !bounds.is_data_run(e.physical, e.len) {
@@ -408,6 +416,8 @@ mod tests {
             ext(0, 1, 32768),         // group 1's superblock slot
             ext(0, 4, (1 << 20) - 2), // past the end
             ext(b.max_file_blocks() - 1, 2, 32768 + meta),
+            // 16 KiB blocks: past 2^32 logical blocks (the pointer map's limit is higher)
+            ext(LOGICAL_LIMIT - 1, 2, 32768 + meta),
         ] {
             assert!(ExtNode::Leaf(vec![bad]).check(&b, None).is_err(), "{bad:?}");
         }

@@ -132,7 +132,11 @@ impl DiskInode {
                 bounds.geo.data_blocks()
             ));
         }
-        if self.size > bounds.max_file_bytes() {
+        let max_bytes = match self.extents {
+            Some(_) => super::extent::max_file_blocks(bounds.geo.block_size) * bs,
+            None => bounds.max_file_bytes(),
+        };
+        if self.size > max_bytes {
             return Err(format!("size {} beyond the largest file", self.size));
         }
         match self.mode & libc::S_IFMT {

@@ -423,6 +423,9 @@ impl Inner {
                 n.deep_reserved.clear();
             }
         }
+        // Extent-mapped files whose reserved data this commit held back keep their promise.
+        let carried = self.carry_extent_promises(&inos);
+        self.keep_meta_promised(carried);
         // Every inode in memory is clean now but those with data held back: the next commit
         // starts from them.
         self.touched.clear();

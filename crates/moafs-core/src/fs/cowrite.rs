@@ -99,6 +99,11 @@ impl Inner {
             if node.cache.dirty_below(nb).count() as u64 != nb {
                 continue;
             }
+            if maps_past(node, nb) {
+                // blocks past the end (fallocate KEEP_SIZE): moving 0..nb would split their
+                // extent, a tree block nobody promised
+                continue;
+            }
             buckets[nb as usize].push(ino);
         }
         let mut out = Vec::new();
@@ -248,5 +253,17 @@ impl Inner {
         self.counters.cowrite_blocks += blocks;
         self.counters.cowrite_relocated_blocks += relocated;
         Ok(())
+    }
+}
+
+/// Whether an extent-mapped `node` maps any block from `nb` on (a pointer map: false, its
+/// co-write only rewrites direct pointers).
+fn maps_past(node: &super::node::Inode, nb: u64) -> bool {
+    use crate::format::extent::ExtNode;
+    match (&node.ext, &node.d.extents) {
+        (Some(map), _) => map.maps_from(nb),
+        (None, Some(ExtNode::Leaf(es))) => es.iter().any(|e| e.logical + e.len > nb),
+        (None, Some(ExtNode::Index { .. })) => true,
+        (None, None) => false,
     }
 }

@@ -11,7 +11,6 @@ use super::cache::{units_changed, units_changed_at, units_of, Change, Units};
 use super::{Inner, JournalMode, Timespec};
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
-use crate::format::blockmap::max_file_blocks;
 use std::sync::Arc;
 
 impl Inner {
@@ -122,7 +121,7 @@ impl Inner {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or(FsError::FileTooBig)?;
-        if end.div_ceil(bs) > max_file_blocks(bs as u32) {
+        if end.div_ceil(bs) > self.max_blocks_of(ino)? {
             return Err(FsError::FileTooBig);
         }
         let first = offset / bs;
@@ -405,7 +404,7 @@ impl Inner {
     /// Sets the size of a regular file (or symlink), freeing blocks beyond it.
     pub(crate) fn truncate(&mut self, ino: u64, new_size: u64) -> FsResult<()> {
         let bs = self.bs() as u64;
-        if new_size.div_ceil(bs) > max_file_blocks(bs as u32) {
+        if new_size.div_ceil(bs) > self.max_blocks_of(ino)? {
             return Err(FsError::FileTooBig);
         }
         let old = self.inode(ino)?.d.size;
@@ -455,12 +454,12 @@ impl Inner {
         }
         if mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
             // Zero what the file holds in the range; then allocate it as fallocate does.
-            if end.div_ceil(bs) > max_file_blocks(bs as u32) {
+            if end.div_ceil(bs) > self.max_blocks_of(ino)? {
                 return Err(FsError::FileTooBig);
             }
             self.punch_hole(ino, offset, end)?;
         }
-        if end.div_ceil(bs) > max_file_blocks(bs as u32) {
+        if end.div_ceil(bs) > self.max_blocks_of(ino)? {
             return Err(FsError::FileTooBig);
         }
         // Holes in the range become zero-filled dirty blocks, with their space reserved now.

@@ -112,6 +112,14 @@ impl ExtMap {
         freed
     }
 
+    /// Whether any block from `idx` on is mapped.
+    pub(crate) fn maps_from(&self, idx: u64) -> bool {
+        self.runs
+            .range(..)
+            .next_back()
+            .is_some_and(|(&l, &(_, n))| l + n > idx)
+    }
+
     /// The runs in logical order.
     pub(crate) fn runs(&self) -> Vec<Run> {
         self.runs
@@ -336,6 +344,29 @@ impl Inner {
         Ok(())
     }
 
+    /// After a commit kept every metadata promise: the tree blocks still owed to the
+    /// extent-mapped files among `inos` that keep reserved (unplaced) data, promised again
+    /// against their maps as the commit left them. Returns how many.
+    pub(crate) fn carry_extent_promises(&mut self, inos: &[u64]) -> u64 {
+        let bs = self.alloc.geo.block_size;
+        let mut total = 0;
+        for ino in inos {
+            let Some(n) = self.inodes.get_mut(ino) else {
+                continue;
+            };
+            let reserved = n.cache.reserved_count();
+            let Some(map) = n.ext.as_mut() else {
+                continue;
+            };
+            map.promised = reserved;
+            let worst = map.extents + reserved as usize;
+            let need = (tree_blocks(worst, bs) as u64).saturating_sub(map.tree.len() as u64);
+            map.tree_promised = need;
+            total += need;
+        }
+        total
+    }
+
     /// Packs the changed extent map of `ino` for the commit: the root for its inode, tree
     /// blocks reused in order, allocated near the file's first block, or freed.
     pub(crate) fn repack_extents(&mut self, ino: u64) -> FsResult<Option<Repacked>> {
@@ -347,23 +378,29 @@ impl Inner {
         if !map.dirty {
             return Ok(None);
         }
-        map.dirty = false;
         let extents = map.extent_list();
         let need = tree_blocks(extents.len(), bs);
-        let old: Vec<(u64, Vec<u8>)> = std::mem::take(&mut map.tree);
         let goal = map.runs.values().next().map_or(0, |r| r.0);
-        let mut numbers: Vec<u64> = old.iter().take(need).map(|t| t.0).collect();
-        let freed: Vec<u64> = old.iter().skip(need).map(|t| t.0).collect();
+        let mut numbers: Vec<u64> = map.tree.iter().take(need).map(|t| t.0).collect();
+        let freed: Vec<u64> = map.tree.iter().skip(need).map(|t| t.0).collect();
+        // Allocate first: a map is changed only once its new blocks are there.
+        let missing = (need - numbers.len()) as u64;
+        if missing > self.alloc.free_blocks() {
+            return Err(FsError::NoSpace);
+        }
         let mut allocated = 0;
-        while numbers.len() < need {
-            let want = (need - numbers.len()) as u64;
+        while allocated < missing {
             let (b, got) = self
                 .alloc
-                .alloc_blocks(goal, want)
+                .alloc_blocks(goal, missing - allocated)
                 .ok_or(FsError::NoSpace)?;
             numbers.extend(b..b + got);
             allocated += got;
         }
+        let map = self.inodes.get_mut(&ino).and_then(|n| n.ext.as_mut());
+        let map = map.expect("looked up above");
+        map.dirty = false;
+        let old: Vec<(u64, Vec<u8>)> = std::mem::take(&mut map.tree);
         let packed = pack(&extents, bs, |i| numbers[i]);
         let mut write = Vec::new();
         let mut tree = Vec::with_capacity(need);

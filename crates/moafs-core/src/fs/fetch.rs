@@ -389,8 +389,10 @@ impl Inner {
             return;
         };
         let blocks = node.d.size.div_ceil(bs);
-        if blocks > crate::format::N_DIRECT as u64 {
-            self.warm_map(ino, 0, blocks - 1);
+        // (an extent map may have tree blocks however small the file: sparse, or blocks
+        // past its end)
+        if blocks > crate::format::N_DIRECT as u64 || node.d.extents.is_some() {
+            self.warm_map(ino, 0, blocks.saturating_sub(1));
         }
     }
 

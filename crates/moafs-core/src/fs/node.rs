@@ -251,6 +251,15 @@ impl Inner {
         )
     }
 
+    /// The most blocks `ino` can map (its kind of map decides: FORMAT.md sections 5, 6a).
+    pub(crate) fn max_blocks_of(&mut self, ino: u64) -> FsResult<u64> {
+        let bs = self.alloc.geo.block_size;
+        Ok(match self.inode(ino)?.d.extents {
+            Some(_) => crate::format::extent::max_file_blocks(bs),
+            None => blockmap::max_file_blocks(bs),
+        })
+    }
+
     /// Disk block of logical block `idx` of `ino`, 0 for a hole.
     pub(crate) fn bmap(&mut self, ino: u64, idx: u64) -> FsResult<u64> {
         if self.inode(ino)?.d.extents.is_some() {
@@ -280,7 +289,7 @@ impl Inner {
     pub(crate) fn set_bmap(&mut self, ino: u64, idx: u64, phys: u64) -> FsResult<()> {
         let bs = self.alloc.geo.block_size;
         if self.inode(ino)?.d.extents.is_some() {
-            if idx >= blockmap::max_file_blocks(bs) {
+            if idx >= crate::format::extent::max_file_blocks(bs) {
                 return Err(FsError::FileTooBig);
             }
             self.ext_map(ino)?.set(idx, phys);

@@ -151,10 +151,24 @@ impl Inner {
 
     /// A directory that had `before` blocks may have grown: its new blocks get addresses at
     /// commit (the caller checked with [`Self::check_space`] that a block is available).
+    /// An extent-mapped directory also promises the tree blocks its new blocks may need
+    /// (each an extent of its own at worst: a directory grows a block per commit, wherever
+    /// the allocator finds one).
     pub(crate) fn note_dir_growth(&mut self, dir: u64, before: usize) -> FsResult<()> {
-        let now = self.dir(dir)?.blocks.len();
-        self.space.meta += now.saturating_sub(before) as u64;
+        let grown = self.dir(dir)?.blocks.len().saturating_sub(before) as u64;
+        self.space.meta += grown;
+        if grown > 0 && self.has_extents(dir) {
+            let more = self.extent_blocks_to_promise(dir, grown)?;
+            self.space.meta += more;
+            self.note_extent_promise(dir, more)?;
+        }
         Ok(())
+    }
+
+    /// A commit kept the metadata promises, but `n` tree blocks stay promised to files whose
+    /// reserved data it held back (`extents.rs`: `carry_extent_promises`).
+    pub(crate) fn keep_meta_promised(&mut self, n: u64) {
+        self.space.meta += n;
     }
 
     /// Reserves `n` metadata blocks (directory, xattr or indirect blocks) allocated at
