@@ -127,7 +127,16 @@ pub fn age(
         let util = used(fs);
         let full = util >= cfg.utilisation;
         if full && score <= cfg.layout {
-            break;
+            if growing.is_empty() {
+                break;
+            }
+            // Release the files still growing first: one a churn unlinked while it grew is
+            // freed now, and the image may fall back under the target (then aging goes on).
+            for g in growing.drain(..) {
+                fs.release(g.ino).map_err(err)?;
+            }
+            fs.sync().map_err(err)?;
+            continue;
         }
         // at the target utilisation: churn (delete one, so the next writes fill holes)
         if full && !files.is_empty() && rng.gen_bool(0.5) {
