@@ -199,3 +199,39 @@ fn cowriting_leaves_a_file_with_blocks_past_its_end() {
     }
     fs.unmount().unwrap();
 }
+
+/// generic/468: what `stat` counts for a file whose fallocated blocks wait for the commit
+/// (reserved data and the tree blocks the commit will add) is what it counts afterwards.
+/// The file has four extents (its four pieces committed between other files' blocks), so
+/// the fallocated run, which the commit places right after the last one, extends an extent
+/// rather than making a fifth (and a tree block).
+#[test]
+fn st_blocks_of_fallocated_blocks_do_not_change_at_the_commit() {
+    let dev = new_dev(512 << 20);
+    let fs = mount(&dev);
+    let filler = fs.create(ROOT_INO, b"filler", 0o644, ME).unwrap().ino;
+    let mut at = 0;
+    for (i, len) in [1024u64, 4096, 104857600].into_iter().enumerate() {
+        for keep in [0, libc::FALLOC_FL_KEEP_SIZE] {
+            let name = format!("t{i}-{keep}");
+            let f = fs.create(ROOT_INO, name.as_bytes(), 0o644, ME).unwrap().ino;
+            for piece in 0..4u64 {
+                fs.write(f, piece * 1050624, &vec![5u8; 1050624]).unwrap();
+                fs.fsync(f, false).unwrap();
+                fs.write(filler, at, &[1u8; BS as usize]).unwrap();
+                fs.fsync(filler, false).unwrap();
+                at += BS;
+            }
+            fs.fallocate(f, 4202496, len, keep).unwrap();
+            let before = fs.getattr(f).unwrap().blocks_512;
+            fs.fsync(f, false).unwrap();
+            let after = fs.getattr(f).unwrap().blocks_512;
+            assert_eq!(
+                before, after,
+                "{name}: {before} before the commit, {after} after"
+            );
+            fs.unlink(ROOT_INO, name.as_bytes()).unwrap();
+        }
+    }
+    fs.unmount().unwrap();
+}

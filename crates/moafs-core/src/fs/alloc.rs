@@ -289,6 +289,23 @@ impl Allocator {
         Some((self.geo.group_start(g) + first, n))
     }
 
+    /// How many blocks from `b` on (at most `max`, inside `b`'s group) are free: what
+    /// `alloc_blocks(b, max)` would give without looking further.
+    pub fn free_at(&self, b: u64, max: u64) -> u64 {
+        let geo = self.geo;
+        if b >= geo.total_blocks {
+            return 0;
+        }
+        let g = geo.group_of_block(b);
+        let (start, len) = (geo.group_start(g), geo.group_len(g) as u64);
+        let grp = &self.groups[g as usize];
+        let mut n = 0;
+        while n < max && b - start + n < len && !bit(&grp.bitmap, b - start + n) {
+            n += 1;
+        }
+        n
+    }
+
     /// A free run of the group for `want` blocks near `goal` (absolute block numbers), as
     /// `FreeRunIndex::find`; nothing is allocated.
     pub fn find_run(&self, g: u32, want: u64, goal: u64) -> Option<(u64, u64)> {

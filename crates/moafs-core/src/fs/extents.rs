@@ -278,29 +278,37 @@ impl Inner {
         Ok(need.saturating_sub(map.tree_promised))
     }
 
-    /// Tree blocks the next commit will add to `ino` for its promised blocks, if each
-    /// logical run of them lands in one physical run (what `stat` counts ahead, as for
-    /// indirect blocks).
+    /// Tree blocks the next commit will add to `ino` for its promised blocks (what `stat`
+    /// counts ahead, as for indirect blocks), as the allocator would place them now: a
+    /// logical run of them after a mapped block goes right after that block's physical
+    /// one as far as those blocks are free (extending its extent), the rest in one more
+    /// run; a run after a hole in one run.
     pub(crate) fn pending_tree_blocks(&mut self, ino: u64) -> FsResult<u64> {
         let bs = self.alloc.geo.block_size;
         let reserved: Vec<u64> = self.inode(ino)?.cache.reserved_blocks().collect();
-        let map = self.ext_map(ino)?;
-        let mut more = 0;
-        let mut run: Option<(u64, u64)> = None; // (first, len)
-        for i in reserved.into_iter().chain(std::iter::once(u64::MAX)) {
-            match run {
-                Some((f, n)) if f + n == i => run = Some((f, n + 1)),
-                _ => {
-                    if let Some((f, n)) = run {
-                        // a run next to a mapped block may merge with it: counted as new
-                        let _ = f;
-                        more += pieces(n);
-                    }
-                    run = Some((i, 1));
-                }
+        self.ext_map(ino)?;
+        let map = self.inodes[&ino].ext.as_ref().expect("loaded above");
+        let mut runs: Vec<(u64, u64)> = Vec::new(); // (first, len), ascending
+        for i in reserved {
+            match runs.last_mut() {
+                Some((f, n)) if *f + *n == i => *n += 1,
+                _ => runs.push((i, 1)),
             }
         }
-        let after = tree_blocks(map.extents + more, bs);
+        let mut extents = map.extents;
+        for (f, n) in runs {
+            match f.checked_sub(1).and_then(|b| map.run_at(b)) {
+                Some((l, p, len)) if l + len == f => {
+                    let k = self.alloc.free_at(p + len, n);
+                    extents = extents + pieces(len + k) - pieces(len);
+                    if k < n {
+                        extents += pieces(n - k);
+                    }
+                }
+                _ => extents += pieces(n),
+            }
+        }
+        let after = tree_blocks(extents, bs);
         Ok((after as u64).saturating_sub(map.tree.len() as u64))
     }
 
