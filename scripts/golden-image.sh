@@ -25,8 +25,8 @@ os.mkdir('dir'); os.mkdir('dir/sub')
 for i in range(30):
     open(f'dir/f{i:02d}', 'wb').write(pat(100 + i * 50, i))
 os.symlink('dir/f01', 'link')
-with open('frag', 'wb') as f:   # six one-block extents: an extent-tree block (since v3)
-    for i in range(6):
+with open('frag', 'wb') as f:   # twelve one-block extents: an extent-tree block (since v3)
+    for i in range(12):
         f.seek(2 * i * 4096); f.write(pat(4096, 10 + i))
 os.setxattr('small', 'user.colour', b'blue')
 PY

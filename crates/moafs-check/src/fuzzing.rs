@@ -81,7 +81,7 @@ fn repair_then_check(dev: &MemDevice) {
 
 /// The image the fuzz targets start from (`fuzz/fuzz_targets/base.rs` keeps one per process):
 /// 1 MiB with a directory (whose xattrs span several blocks), small files, a 16-block file
-/// with an xattr, a sparse file of 6 one-block extents, and a symlink. Cleanly unmounted
+/// with an xattr, a sparse file of 12 one-block extents, and a symlink. Cleanly unmounted
 /// with extent maps (disk version 3: the sparse file has an extent-tree block), or
 /// (`needs_replay`) with pointer maps (version 2: the 16-block file has an indirect block)
 /// and cut right after a transaction. The same every time, so fuzz inputs replay in tests.
@@ -121,7 +121,7 @@ pub fn populated_image(needs_replay: bool) -> Vec<u8> {
     fs.setxattr(d.ino, b"user.long", &[7u8; 9000], XattrFlags::default())
         .expect("xattr");
     let sparse = fs.create(ROOT_INO, b"sparse", 0o644, me).expect("create");
-    for i in 0..6u64 {
+    for i in 0..12u64 {
         fs.write(sparse.ino, 2 * i * bs as u64, &vec![i as u8 + 1; bs])
             .expect("write");
     }

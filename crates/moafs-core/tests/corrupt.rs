@@ -28,7 +28,7 @@ fn populated() -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     populated_with(true)
 }
 
-/// [`populated`] with pointer maps (version 2) or extent maps (version 3: "frag", six
+/// [`populated`] with pointer maps (version 2) or extent maps (version 3: "frag", twelve
 /// one-block extents, has an extent-tree block where "big" has an indirect block).
 fn populated_with(pointers: bool) -> (Vec<u8>, Vec<(&'static str, u64, usize)>) {
     let mem = Arc::new(MemDevice::new(8 << 20));
@@ -69,7 +69,7 @@ fn populated_with(pointers: bool) -> (Vec<u8>, Vec<(&'static str, u64, usize)>) 
     .unwrap();
     fs.symlink(ROOT_INO, b"link", b"big", ME).unwrap();
     let frag = fs.create(ROOT_INO, b"frag", 0o644, ME).unwrap();
-    for i in 0..6u64 {
+    for i in 0..12u64 {
         fs.write(frag.ino, 2 * i * BS, &[i as u8 + 1; BS as usize])
             .unwrap();
     }
@@ -119,7 +119,7 @@ fn populated_with(pointers: bool) -> (Vec<u8>, Vec<(&'static str, u64, usize)>) 
             Some(ExtNode::Index { entries, .. }) => {
                 ("extent-tree block", entries[0].child, BS as usize)
             }
-            Some(leaf) => panic!("six extents in the root: {leaf:?}"),
+            Some(leaf) => panic!("twelve extents in the root: {leaf:?}"),
         },
         ("xattr block", bi.xattr_block as u64, BS as usize),
         ("xattr head block", di.xattr_block as u64, BS as usize),

@@ -202,9 +202,9 @@ fn cowriting_leaves_a_file_with_blocks_past_its_end() {
 
 /// generic/468: what `stat` counts for a file whose fallocated blocks wait for the commit
 /// (reserved data and the tree blocks the commit will add) is what it counts afterwards.
-/// The file has four extents (its four pieces committed between other files' blocks), so
-/// the fallocated run, which the commit places right after the last one, extends an extent
-/// rather than making a fifth (and a tree block).
+/// The file has ten extents (its ten pieces committed between other files' blocks): the
+/// fallocated run makes an eleventh, and a tree block, when the block after the last extent
+/// is taken, and extends that extent when it is free.
 #[test]
 fn st_blocks_of_fallocated_blocks_do_not_change_at_the_commit() {
     let dev = new_dev(512 << 20);
@@ -215,14 +215,14 @@ fn st_blocks_of_fallocated_blocks_do_not_change_at_the_commit() {
         for keep in [0, libc::FALLOC_FL_KEEP_SIZE] {
             let name = format!("t{i}-{keep}");
             let f = fs.create(ROOT_INO, name.as_bytes(), 0o644, ME).unwrap().ino;
-            for piece in 0..4u64 {
+            for piece in 0..10u64 {
                 fs.write(f, piece * 1050624, &vec![5u8; 1050624]).unwrap();
                 fs.fsync(f, false).unwrap();
                 fs.write(filler, at, &[1u8; BS as usize]).unwrap();
                 fs.fsync(filler, false).unwrap();
                 at += BS;
             }
-            fs.fallocate(f, 4202496, len, keep).unwrap();
+            fs.fallocate(f, 10 * 1050624, len, keep).unwrap();
             let before = fs.getattr(f).unwrap().blocks_512;
             fs.fsync(f, false).unwrap();
             let after = fs.getattr(f).unwrap().blocks_512;

@@ -75,7 +75,7 @@ fn check_contents(fs: &Fs, frag: bool) {
     );
     if frag {
         let got = read_all(fs, lookup_path(fs, "frag"));
-        for i in 0..6 {
+        for i in 0..12 {
             let at = 2 * i * 4096;
             assert_eq!(
                 &got[at..at + 4096],
@@ -168,7 +168,7 @@ fn a_version_3_image_reads_back_with_its_extent_tree() {
             disk_inode(&dev, frag).extents,
             Some(ExtNode::Index { depth: 1, .. })
         ),
-        "frag: six extents need a tree block"
+        "frag: twelve extents need a tree block"
     );
     assert!(
         matches!(disk_inode(&dev, forty).extents, Some(ExtNode::Leaf(_))),

@@ -89,8 +89,8 @@ fn image_pointers() -> Arc<MemDevice> {
     image_with(new_dev_pointers(128 << 20))
 }
 
-/// Fills `mem`: "big" (3 MiB) is written in six pieces, each committed after a block of
-/// "filler", so that its map has six extents (an extent-tree block) or indirect blocks.
+/// Fills `mem`: "big" (3 MiB) is written in twelve pieces, each committed after a block of
+/// "filler", so that its map has twelve extents (an extent-tree block) or indirect blocks.
 fn image_with(mem: Arc<MemDevice>) -> Arc<MemDevice> {
     let fs = mount(&mem);
     fs.create(ROOT_INO, b"hot", 0o644, ME).unwrap();
@@ -102,8 +102,8 @@ fn image_with(mem: Arc<MemDevice>) -> Arc<MemDevice> {
     let big = fs.create(ROOT_INO, b"big", 0o644, ME).unwrap().ino;
     let filler = fs.create(ROOT_INO, b"filler", 0o644, ME).unwrap().ino;
     let data: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
-    for (k, piece) in data.chunks(512 << 10).enumerate() {
-        fs.write(big, (k * (512 << 10)) as u64, piece).unwrap();
+    for (k, piece) in data.chunks(256 << 10).enumerate() {
+        fs.write(big, (k * (256 << 10)) as u64, piece).unwrap();
         fs.sync().unwrap();
         fs.write(filler, (k * BS) as u64, &[1u8; BS]).unwrap();
         fs.sync().unwrap();

@@ -11,8 +11,8 @@ use crate::error::{FsError, FsResult};
 pub const ROOT_MAGIC: u16 = 0xE3F4;
 /// An extent-tree block's magic (bytes 0..2).
 pub const BLOCK_MAGIC: u16 = 0xE3F5;
-/// Entries the root holds.
-pub const ROOT_ENTRIES: usize = 4;
+/// Entries the root holds: 4 in inode bytes 104..152, 6 more in bytes 172..244.
+pub const ROOT_ENTRIES: usize = 10;
 /// The longest extent, in blocks.
 pub const MAX_EXTENT_LEN: u64 = 32768;
 /// The deepest root.
@@ -27,11 +27,16 @@ pub const LOGICAL_LIMIT: u64 = 1 << 32;
 pub fn max_file_blocks(block_size: u32) -> u64 {
     super::blockmap::max_file_blocks(block_size).min(LOGICAL_LIMIT)
 }
-/// Where the root starts in an inode slot, and its size.
+/// Where the root starts in an inode slot: its header and first 4 entries (bytes 96..152),
+/// then its other 6 entries (bytes 172..244); bytes 152..160 and 244..252 are zero.
 pub const ROOT_AT: usize = 96;
-pub const ROOT_BYTES: usize = 64;
+const ROOT_REST_AT: usize = 172;
 const HEADER: usize = 8;
 const ENTRY: usize = 12;
+/// The root as one buffer: header and `ROOT_ENTRIES` entries.
+const ROOT_BYTES: usize = HEADER + ROOT_ENTRIES * ENTRY;
+/// Of them, the bytes at `ROOT_AT` (header and 4 entries).
+const ROOT_FIRST: usize = HEADER + 4 * ENTRY;
 
 /// Entries an extent-tree block of `block_size` holds.
 pub fn block_capacity(block_size: u32) -> usize {
@@ -181,19 +186,31 @@ impl ExtNode {
         Ok(node)
     }
 
-    /// The root as stored in inode bytes 96..160.
+    /// The root as stored in inode bytes 96..152 and 172..244 (the bytes between and after
+    /// are left as they are: `DiskInode::encode_into` zeroes the slot first).
     pub fn encode_root(&self, slot: &mut [u8]) {
-        self.put(&mut slot[ROOT_AT..ROOT_AT + ROOT_BYTES], ROOT_MAGIC);
+        let mut b = [0u8; ROOT_BYTES];
+        self.put(&mut b, ROOT_MAGIC);
+        slot[ROOT_AT..ROOT_AT + ROOT_FIRST].copy_from_slice(&b[..ROOT_FIRST]);
+        let rest = ROOT_BYTES - ROOT_FIRST;
+        slot[ROOT_REST_AT..ROOT_REST_AT + rest].copy_from_slice(&b[ROOT_FIRST..]);
     }
 
     /// The root of a layout-2 inode slot, structural rules checked (the pointers are checked
     /// against the image by [`ExtNode::check`]).
     pub fn decode_root(slot: &[u8]) -> Result<ExtNode, String> {
-        Self::get(
-            &slot[ROOT_AT..ROOT_AT + ROOT_BYTES],
-            ROOT_MAGIC,
-            ROOT_ENTRIES,
-        )
+        let rest = ROOT_BYTES - ROOT_FIRST;
+        if slot[ROOT_AT + ROOT_FIRST..160].iter().any(|x| *x != 0)
+            || slot[ROOT_REST_AT + rest..super::inode::CRC_AT]
+                .iter()
+                .any(|x| *x != 0)
+        {
+            return Err("reserved extent bytes not zero".into());
+        }
+        let mut b = [0u8; ROOT_BYTES];
+        b[..ROOT_FIRST].copy_from_slice(&slot[ROOT_AT..ROOT_AT + ROOT_FIRST]);
+        b[ROOT_FIRST..].copy_from_slice(&slot[ROOT_REST_AT..ROOT_REST_AT + rest]);
+        Self::get(&b, ROOT_MAGIC, ROOT_ENTRIES)
     }
 
     /// This node as extent-tree block `block`.
@@ -373,6 +390,14 @@ mod tests {
         let mut slot = vec![0u8; 256];
         root.encode_root(&mut slot);
         assert_eq!(ExtNode::decode_root(&slot).unwrap(), root);
+        // ten entries: the last six at bytes 172..244
+        let full = ExtNode::Leaf((0..10u64).map(|i| ext(i * 10, 5, 1000 + i * 7)).collect());
+        let mut slot = vec![0u8; 256];
+        full.encode_root(&mut slot);
+        assert!(slot[172..244].iter().any(|x| *x != 0));
+        assert_eq!(ExtNode::decode_root(&slot).unwrap(), full);
+        slot[250] = 1;
+        assert!(ExtNode::decode_root(&slot).is_err(), "a reserved byte");
         let node = ExtNode::Index {
             depth: 1,
             entries: vec![
@@ -427,7 +452,8 @@ mod tests {
     fn pack_fills_leaves_and_index_levels_and_names_each_block_once() {
         let cap = block_capacity(4096);
         assert_eq!(cap, 340);
-        for n in [0, 4, 5, cap * 4, cap * 4 + 1, cap * cap * 4 + 7] {
+        let r = ROOT_ENTRIES;
+        for n in [0, r, r + 1, cap * r, cap * r + 1, cap * cap * r + 7] {
             let es: Vec<Extent> = (0..n as u64).map(|i| ext(i * 2, 1, 1000 + i)).collect();
             let p = pack(&es, 4096, |i| 1_000_000 + i as u64);
             assert_eq!(p.blocks.len(), tree_blocks(n, 4096), "n {n}");

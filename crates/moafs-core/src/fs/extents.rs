@@ -192,6 +192,11 @@ impl Inner {
     /// misses are all noted before it fails, so one round reads a level).
     pub(crate) fn ext_map(&mut self, ino: u64) -> FsResult<&mut ExtMap> {
         let node = self.inode(ino)?;
+        if node.ext.is_some() {
+            // (the common case, in two lookups: `inode` recorded the touch)
+            let node = self.inodes.get_mut(&ino).expect("looked up above");
+            return Ok(node.ext.as_mut().expect("checked above"));
+        }
         if node.ext.is_none() {
             let d = node.d.clone();
             if d.extents.is_none() {

@@ -262,14 +262,17 @@ impl Inner {
 
     /// Disk block of logical block `idx` of `ino`, 0 for a hole.
     pub(crate) fn bmap(&mut self, ino: u64, idx: u64) -> FsResult<u64> {
-        if self.inode(ino)?.d.extents.is_some() {
+        let bs = self.alloc.geo.block_size;
+        let node = self.inode(ino)?;
+        if let Some(map) = &node.ext {
+            return Ok(map.get(idx)); // (one lookup: this runs for every block mapped)
+        }
+        if node.d.extents.is_some() {
             return Ok(self.ext_map(ino)?.get(idx));
         }
-        let bs = self.alloc.geo.block_size;
         let Some(path) = bpath(idx, bs) else {
             return Ok(0);
         };
-        let node = self.inode(ino)?;
         match path {
             BPath::Direct(i) => Ok(node.d.direct[i] as u64),
             BPath::Indirect { level, offsets } => {
@@ -293,7 +296,7 @@ impl Inner {
                 return Err(FsError::FileTooBig);
             }
             self.ext_map(ino)?.set(idx, phys);
-            self.inode(ino)?.dirty = true;
+            self.inodes.get_mut(&ino).expect("loaded above").dirty = true;
             return Ok(());
         }
         let path = bpath(idx, bs).ok_or(FsError::FileTooBig)?;
