@@ -475,28 +475,9 @@ fn pointers_outside_the_data_area_read_as_corrupt_and_never_panic() {
         let e = got.expect_err(what);
         assert_eq!(e.to_errno(), libc::EUCLEAN, "{what}: {e}");
         // and everything else goes on without a panic: changes, frees, reuse, unmount
-        let _ = fs.write(victim, 0, &[1; 9000]);
-        let _ = fs.setattr(
-            victim,
-            &moafs_core::fs::SetAttr {
-                size: Some(0),
-                ..Default::default()
-            },
-        );
         let _ = fs.setxattr(victim, b"user.x", &[2; 5000], Default::default());
         let _ = fs.unlink(dir, b"file-3");
-        let _ = fs.unlink(ROOT_INO, b"big");
-        for round in 0..3 {
-            for i in 0..20 {
-                let name = format!("after-{round}-{i}");
-                if let Ok(a) = fs.create(ROOT_INO, name.as_bytes(), 0o644, ME) {
-                    let _ = fs.write(a.ino, 0, &[3; 20_000]);
-                }
-            }
-            let _ = fs.sync();
-        }
-        let _ = fs.unmount();
-        let _ = moafs_core::fsck::fsck(dev.as_ref(), false);
+        go_on_after_damage(fs, &dev, victim, b"big");
     }
 }
 
@@ -585,24 +566,34 @@ fn extents_outside_the_data_area_read_as_corrupt_and_never_panic() {
             .unwrap_or_else(|e| panic!("{what}: mount: {e}"));
         let e = fs.read(victim, 0, 4096).expect_err(what);
         assert_eq!(e.to_errno(), libc::EUCLEAN, "{what}: {e}");
-        let _ = fs.write(victim, 0, &[1; 9000]);
-        let _ = fs.setattr(
-            victim,
-            &moafs_core::fs::SetAttr {
-                size: Some(0),
-                ..Default::default()
-            },
-        );
-        let _ = fs.unlink(ROOT_INO, b"frag");
+        go_on_after_damage(fs, &dev, victim, b"frag");
+    }
+}
+
+/// On a mount of a damaged image: writes to and truncates `victim`, unlinks `gone` (in the
+/// root), makes and fills new files over three commits, unmounts and runs fsck; none of it
+/// may panic (errors are fine).
+fn go_on_after_damage(fs: Fs, dev: &Arc<MemDevice>, victim: u64, gone: &[u8]) {
+    let _ = fs.write(victim, 0, &[1; 9000]);
+    let _ = fs.setattr(
+        victim,
+        &moafs_core::fs::SetAttr {
+            size: Some(0),
+            ..Default::default()
+        },
+    );
+    let _ = fs.unlink(ROOT_INO, gone);
+    for round in 0..3 {
         for i in 0..20 {
-            if let Ok(a) = fs.create(ROOT_INO, format!("after-{i}").as_bytes(), 0o644, ME) {
+            let name = format!("after-{round}-{i}");
+            if let Ok(a) = fs.create(ROOT_INO, name.as_bytes(), 0o644, ME) {
                 let _ = fs.write(a.ino, 0, &[3; 20_000]);
             }
         }
         let _ = fs.sync();
-        let _ = fs.unmount();
-        let _ = moafs_core::fsck::fsck(dev.as_ref(), false);
     }
+    let _ = fs.unmount();
+    let _ = moafs_core::fsck::fsck(dev.as_ref(), false);
 }
 
 #[test]
