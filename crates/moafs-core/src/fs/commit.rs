@@ -742,25 +742,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Packs the changed extent maps among `inos` (the touched ones): their roots go into
-    /// their inodes, their changed tree blocks into the transaction (`extents.rs`).
-    fn write_extent_maps(&mut self, inos: &[u64]) -> FsResult<()> {
-        for &ino in inos {
-            let Some(r) = self.repack_extents(ino)? else {
-                continue;
-            };
-            for &b in &r.freed {
-                self.alloc.free_later(b, 1);
-            }
-            self.building.blocks.extend(r.write);
-            let node = self.inodes.get_mut(&ino).expect("repacked above");
-            node.d.extents = Some(r.root);
-            node.d.blocks = (node.d.blocks + r.allocated).saturating_sub(r.freed.len() as u64);
-            node.dirty = true;
-        }
-        Ok(())
-    }
-
     /// Encodes the dirty inodes among `inos` (the touched ones) and the freed slots.
     fn write_inodes(&mut self, inos: &[u64]) -> FsResult<()> {
         let geo = self.alloc.geo;

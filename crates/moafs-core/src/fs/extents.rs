@@ -174,7 +174,7 @@ impl ExtMap {
 }
 
 /// What a commit did to one file's tree: blocks allocated and freed.
-pub(crate) struct Repacked {
+struct Repacked {
     pub root: ExtNode,
     pub allocated: u64,
     pub freed: Vec<u64>,
@@ -380,9 +380,28 @@ impl Inner {
         total
     }
 
+    /// Packs the changed extent maps among `inos` (a commit's touched inodes): their roots
+    /// go into their inodes, their changed tree blocks into the transaction.
+    pub(crate) fn write_extent_maps(&mut self, inos: &[u64]) -> FsResult<()> {
+        for &ino in inos {
+            let Some(r) = self.repack_extents(ino)? else {
+                continue;
+            };
+            for &b in &r.freed {
+                self.alloc.free_later(b, 1);
+            }
+            self.building.add(r.write);
+            let node = self.inodes.get_mut(&ino).expect("repacked above");
+            node.d.extents = Some(r.root);
+            node.d.blocks = (node.d.blocks + r.allocated).saturating_sub(r.freed.len() as u64);
+            node.dirty = true;
+        }
+        Ok(())
+    }
+
     /// Packs the changed extent map of `ino` for the commit: the root for its inode, tree
     /// blocks reused in order, allocated near the file's first block, or freed.
-    pub(crate) fn repack_extents(&mut self, ino: u64) -> FsResult<Option<Repacked>> {
+    fn repack_extents(&mut self, ino: u64) -> FsResult<Option<Repacked>> {
         let bs = self.alloc.geo.block_size;
         let Some(map) = self.inodes.get_mut(&ino).and_then(|n| n.ext.as_mut()) else {
             return Ok(None);
