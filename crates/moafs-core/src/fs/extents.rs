@@ -115,8 +115,7 @@ impl ExtMap {
     /// Whether any block from `idx` on is mapped.
     pub(crate) fn maps_from(&self, idx: u64) -> bool {
         self.runs
-            .range(..)
-            .next_back()
+            .last_key_value()
             .is_some_and(|(&l, &(_, n))| l + n > idx)
     }
 
@@ -192,11 +191,6 @@ impl Inner {
     /// misses are all noted before it fails, so one round reads a level).
     pub(crate) fn ext_map(&mut self, ino: u64) -> FsResult<&mut ExtMap> {
         let node = self.inode(ino)?;
-        if node.ext.is_some() {
-            // (the common case, in two lookups: `inode` recorded the touch)
-            let node = self.inodes.get_mut(&ino).expect("looked up above");
-            return Ok(node.ext.as_mut().expect("checked above"));
-        }
         if node.ext.is_none() {
             let d = node.d.clone();
             if d.extents.is_none() {
@@ -205,7 +199,9 @@ impl Inner {
             let map = self.load_ext_map(&d)?;
             self.inode(ino)?.ext = Some(map);
         }
-        Ok(self.inode(ino)?.ext.as_mut().expect("loaded above"))
+        // (`inode` recorded the touch: one more lookup, no second one)
+        let node = self.inodes.get_mut(&ino).expect("looked up above");
+        Ok(node.ext.as_mut().expect("loaded above"))
     }
 
     fn load_ext_map(&mut self, d: &crate::format::DiskInode) -> FsResult<ExtMap> {
