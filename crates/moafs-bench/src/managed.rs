@@ -498,7 +498,10 @@ impl Managed {
     fn engine_counters(&self) -> Option<serde_json::Value> {
         let text = std::fs::read(self.stats.as_ref()?).ok()?;
         let v: serde_json::Value = serde_json::from_slice(&text).ok()?;
-        Some(v["engine"].clone()).filter(|e| e.is_object())
+        let mut e = Some(v["engine"].clone()).filter(|e| e.is_object())?;
+        // where the fsyncs' time went (`Fs::fsync_report`), beside the counters
+        e["fsync_phases"] = v["fsync_phases"].clone();
+        Some(e)
     }
 
     /// The loop device's counters since the mount; read after the unmount, before the loop

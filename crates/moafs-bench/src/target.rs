@@ -484,7 +484,9 @@ impl Target for EngineTarget {
     }
 
     fn counters(&self) -> Option<serde_json::Value> {
-        serde_json::to_value(self.fs.counters()).ok()
+        let mut e = serde_json::to_value(self.fs.counters()).ok()?;
+        e["fsync_phases"] = serde_json::to_value(self.fs.fsync_report()).ok()?;
+        Some(e)
     }
 
     /// Unmounts (writing everything back) and reports the memory device's I/O of the run.

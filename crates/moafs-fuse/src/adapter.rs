@@ -3,9 +3,10 @@
 //! are in `adapter/requests.rs`.
 
 use crate::convert::{errno, file_attr, unprivileged_groups};
+use crate::synctime::{SyncPhase, SyncTimer};
 use crate::{late, reply, Adapter, MountConfig, Transport};
 use fuser::{FileHandle, Generation, INodeNo, ReplyEmpty, ReplyEntry, Request};
-use moafs_core::fs::{Attr, SetAttr};
+use moafs_core::fs::{Attr, FsyncPhase, SetAttr};
 use moafs_core::{Fs, FsError};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -33,9 +34,20 @@ pub struct MoafsFuse {
 
 impl MoafsFuse {
     pub fn new(fs: Arc<Fs>, cfg: &MountConfig) -> MoafsFuse {
+        let transport = Transport::new(cfg);
+        let engine = fs.clone();
+        transport.set_sync_timer(SyncTimer::new(move |phase, d| {
+            engine.note_fsync_phase(
+                match phase {
+                    SyncPhase::Queue => FsyncPhase::Queue,
+                    SyncPhase::Reply => FsyncPhase::Reply,
+                },
+                d,
+            )
+        }));
         MoafsFuse {
             ttl: cfg.attr_ttl,
-            transport: Transport::new(cfg),
+            transport,
             dir_streams: Mutex::new(HashMap::new()),
             next_dir_handle: AtomicU64::new(1),
             late: late::LateErrors::default(),

@@ -36,6 +36,7 @@ pub mod poll;
 mod reply;
 mod serve;
 mod statx;
+pub mod synctime;
 pub mod uring;
 
 pub use adapter::{MoafsFuse, DROP_CACHES_XATTR};

@@ -302,7 +302,10 @@ pub fn serve<A: Adapter, G>(
             }
         }
     });
-    let sync_counts = Arc::new(uring::SyncCounts::default());
+    let sync_counts = Arc::new(uring::SyncCounts {
+        timer: transport.sync_timer(),
+        ..Default::default()
+    });
     let res = session.run_with_extra(|dispatcher| {
         if let Some((fd, ucfg)) = uring_setup {
             match uring::start(

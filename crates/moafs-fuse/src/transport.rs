@@ -102,6 +102,8 @@ pub struct Transport {
     /// FORGET and BATCH_FORGET requests served, and the inodes they named.
     forget_requests: Arc<AtomicU64>,
     forget_nodes: Arc<AtomicU64>,
+    /// Where the transport reports its phases of each fsync (`synctime.rs`), if anywhere.
+    sync_timer: OnceLock<crate::synctime::SyncTimer>,
 }
 
 /// How long a /dev/fuse thread waits before it serves a FORGET request while io_uring carries
@@ -127,7 +129,18 @@ impl Transport {
             forget_pause: cfg.forget_pause,
             forget_requests: Arc::new(AtomicU64::new(0)),
             forget_nodes: Arc::new(AtomicU64::new(0)),
+            sync_timer: OnceLock::new(),
         }
+    }
+
+    /// Reports the transport's phases of each fsync to `timer` (set once, by the adapter).
+    pub fn set_sync_timer(&self, timer: crate::synctime::SyncTimer) {
+        let _ = self.sync_timer.set(timer);
+    }
+
+    /// Where the transport reports its phases of each fsync, if anywhere.
+    pub fn sync_timer(&self) -> Option<crate::synctime::SyncTimer> {
+        self.sync_timer.get().cloned()
     }
 
     /// Counts a request (polling keeps going while requests come).

@@ -168,6 +168,10 @@ struct Entry {
     /// between the payload and the page cache are several times slower from a misaligned
     /// source.
     at: usize,
+    /// A sync request: when the queue's thread saw it arrive, and when the engine returned
+    /// (`synctime.rs`).
+    arrived: Option<std::time::Instant>,
+    served: Option<std::time::Instant>,
 }
 
 impl Entry {
@@ -180,6 +184,8 @@ impl Entry {
             header: vec![0u8; HEADER_SZ].into_boxed_slice(),
             buf,
             at,
+            arrived: None,
+            served: None,
         }
     }
 

@@ -417,6 +417,63 @@ fn reads_line(runs: &[moafs_bench::Run]) -> Option<String> {
     ))
 }
 
+/// Where the fsyncs' time went (moafs: `Fs::fsync_report`, in each run's engine counters):
+/// each phase's share of an average fsync, and how the fsyncs were served, as the mean over
+/// the runs.
+fn fsync_lines(runs: &[moafs_bench::Run]) -> Vec<String> {
+    let reports: Vec<&serde_json::Value> = runs
+        .iter()
+        .filter_map(|r| r.engine.as_ref())
+        .map(|e| &e["fsync_phases"])
+        .filter(|f| f["fsyncs"].as_u64().unwrap_or(0) > 0)
+        .collect();
+    if reports.is_empty() {
+        return Vec::new();
+    }
+    let n = reports.len() as f64;
+    let mean = |group: &str, name: &str, k: &str| {
+        reports
+            .iter()
+            .map(|f| f[group][name][k].as_f64().unwrap_or(0.0))
+            .sum::<f64>()
+            / n
+    };
+    let fsyncs = reports
+        .iter()
+        .map(|f| f["fsyncs"].as_u64().unwrap_or(0) as f64)
+        .sum::<f64>()
+        / n;
+    const PHASES: [&str; 11] = [
+        "queue", "lock", "job", "batch", "wait", "plan", "write", "flush", "finish", "engine",
+        "reply",
+    ];
+    let phases: Vec<String> = PHASES
+        .iter()
+        .filter(|p| mean("phases", p, "count") > 0.0)
+        .map(|p| format!("{p} {:.1}", mean("phases", p, "per_fsync_us")))
+        .collect();
+    let paths: Vec<String> = ["bytelog", "bytelog_shared", "commit", "joined", "clean"]
+        .iter()
+        .filter(|p| mean("paths", p, "count") > 0.0)
+        .map(|p| {
+            format!(
+                "{p} {:.0} % (mean {:.0} µs, p99 {:.0})",
+                mean("paths", p, "count") / fsyncs * 100.0,
+                mean("paths", p, "mean_us"),
+                mean("paths", p, "p99_us")
+            )
+        })
+        .collect();
+    vec![
+        format!(
+            "  fsync (moafs, mean per run: {} fsyncs), µs of an average fsync by phase: {}",
+            thousands(fsyncs),
+            phases.join(" · ")
+        ),
+        format!("  fsyncs served by: {}", paths.join(" · ")),
+    ]
+}
+
 /// A count per operation: three significant digits below 1, two decimals below 100.
 fn per_op(x: f64) -> String {
     if x != 0.0 && x.abs() < 1.0 {
@@ -535,6 +592,9 @@ pub(crate) fn print_reports(reports: &[moafs_bench::Report]) {
             );
         }
         if let Some(line) = reads_line(&rep.runs) {
+            say!("{line}");
+        }
+        for line in fsync_lines(&rep.runs) {
             say!("{line}");
         }
         if let Some(f) = &rep.fuse_requests_per_op {

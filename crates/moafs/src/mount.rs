@@ -486,6 +486,8 @@ pub(crate) fn write_stats(path: &Path, fs: &Fs) {
             "prefetched_unused_bytes": e.ra_read.saturating_sub(e.ra_used) * bs,
             "prefetched_evicted_bytes": (e.ra_wasted + e.ra_dropped) * bs,
         },
+        // where the fsyncs' time went, by phase and by the way they were served (µs)
+        "fsync_phases": fs.fsync_report(),
         "records_per_fsync": if e.bytelog_fsyncs > 0 {
             e.bytelog_records as f64 / e.bytelog_fsyncs as f64
         } else {

@@ -121,3 +121,68 @@ fn what_pooled_fsyncs_acknowledged_survives_a_kill() {
     m.unmount();
     assert_fsck_clean(&img);
 }
+
+/// Where fsyncs spend their time (issue 43 item 1): the `stats=` file has every fsync's
+/// phases, the transport's (queue, reply) beside the engine's, and which way each was served.
+#[test]
+fn the_stats_file_says_where_each_fsync_spent_its_time() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let log = tmp.path().join("log");
+    let stats = tmp.path().join("stats.json");
+    mkfs(&img, "64M");
+    let opts = format!("stats={}", stats.display());
+    let m = Mounted::logged(&img, &tmp.path().join("mnt"), &opts, &log);
+    const THREADS: u64 = 4;
+    const ROUNDS: u64 = 20;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let path = m.dir.join(format!("f{t}"));
+            std::thread::spawn(move || {
+                let f = fs::File::create(&path).unwrap();
+                for r in 0..ROUNDS {
+                    // appends (a commit each) and small overwrites (the byte log's)
+                    let at = if r % 2 == 0 { r * 4096 } else { 100 };
+                    f.write_all_at(&[t as u8 + 1; 512], at).unwrap();
+                    f.sync_all().unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    m.unmount();
+    let (_, _, uring) = syncs_logged(&fs::read_to_string(&log).unwrap());
+    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&stats).unwrap()).unwrap();
+    let f = &v["fsync_phases"];
+    let fsyncs = f["fsyncs"].as_u64().unwrap();
+    assert!(fsyncs >= THREADS * ROUNDS, "{fsyncs} fsyncs recorded: {f}");
+    let count = |group: &str, name: &str| f[group][name]["count"].as_u64().unwrap_or(0);
+    assert_eq!(count("phases", "engine"), fsyncs, "{f}");
+    // every fsync served one way, and some by a commit of their own (the appends)
+    let served: u64 = ["bytelog", "bytelog_shared", "commit", "joined", "clean"]
+        .iter()
+        .map(|p| count("paths", p))
+        .sum();
+    assert_eq!(served, fsyncs, "{f}");
+    assert!(count("paths", "commit") > 0, "{f}");
+    for phase in ["lock", "plan", "write", "flush", "finish"] {
+        assert!(count("phases", phase) > 0, "no {phase} phase: {f}");
+    }
+    // the transport's phases: the reply of each fsync; over io_uring its wait before too
+    assert!(count("phases", "reply") >= fsyncs, "{f}");
+    if uring {
+        assert!(count("phases", "queue") >= fsyncs, "{f}");
+    }
+    let engine_mean = f["phases"]["engine"]["mean_us"].as_f64().unwrap();
+    let plan_mean = f["phases"]["plan"]["per_fsync_us"].as_f64().unwrap();
+    assert!(
+        plan_mean > 0.0 && plan_mean <= engine_mean * 1.05,
+        "a phase's share above the whole: {f}"
+    );
+    assert_fsck_clean(&img);
+}

@@ -2,6 +2,7 @@
 //! (after a warm pass that reads what it needs with the lock released, `fetch.rs`) and
 //! calling the `Inner` method that does the work.
 
+use super::fsynctime::{FsyncPhase, FsyncReport, Trace};
 use super::{
     data, this_thread_key, AtimePolicy, Attr, Caller, DirEntry, EngineCounters, Fs, FsError,
     FsResult, Geometry, InFlight, Inner, Ino, MountOptions, RenameFlags, SetAttr, StatFs,
@@ -9,6 +10,7 @@ use super::{
 };
 use crate::device::DeviceCounters;
 use crate::format::Superblock;
+use std::time::{Duration, Instant};
 
 impl Fs {
     pub fn geometry(&self) -> Geometry {
@@ -374,19 +376,37 @@ impl Fs {
     /// serving thread's: those are few, and any of them may serve any caller).
     pub fn fsync_for(&self, ino: Ino, _datasync: bool, caller: u64) -> FsResult<()> {
         self.live()?;
-        if self.promise_start(ino) {
-            self.fsync_now(ino, caller)?;
-            self.promise_end(ino);
-            return Ok(());
+        let mut t = Trace::default();
+        let r = if self.promise_start(ino) {
+            self.fsync_now(ino, caller, &mut t)
+                .map(|()| self.promise_end(ino))
+        } else {
+            self.fsync_now(ino, caller, &mut t)
+        };
+        if r.is_ok() {
+            self.fsync_times.record(t);
         }
-        self.fsync_now(ino, caller)
+        r
     }
-    fn fsync_now(&self, ino: Ino, caller: u64) -> FsResult<()> {
-        if self.fsync_bytelog(ino)? {
+    /// Where the fsyncs of this mount spent their time, by phase and by the way they were
+    /// served (`fsynctime.rs`).
+    pub fn fsync_report(&self) -> FsyncReport {
+        self.fsync_times.report()
+    }
+    /// Adds a phase of an fsync measured outside the engine: the transport's
+    /// [`FsyncPhase::Queue`] (the request's wait before [`Fs::fsync_for`]) and
+    /// [`FsyncPhase::Reply`] (its reply's after it).
+    pub fn note_fsync_phase(&self, phase: FsyncPhase, d: Duration) {
+        self.fsync_times.note(phase, d);
+    }
+    fn fsync_now(&self, ino: Ino, caller: u64, t: &mut Trace) -> FsResult<()> {
+        if self.fsync_bytelog(ino, t)? {
             return Ok(());
         }
         let (epoch, batch) = {
+            let from = Instant::now();
             let mut g = self.warm(|g| g.warm_inode(ino));
+            t.since(FsyncPhase::Lock, from);
             g.inode(ino)?;
             // jbd2's batching rule: when the last fsync came from another thread, several
             // are syncing, and one that has to commit first waits about one commit's time
@@ -394,7 +414,7 @@ impl Fs {
             let batch = g.epochs.fsync_from(caller);
             (g.sync_epoch_all(), batch)
         };
-        self.wait_durable_batched(epoch, batch)
+        self.wait_durable_batched(epoch, batch, t)
     }
     /// The disk address of each block of a file up to its size (0: a hole or not yet
     /// written back), for tests and `inspect`.
@@ -478,7 +498,7 @@ impl Fs {
             return Ok(false);
         }
         g.aging.timer_commit();
-        self.run_commit(g, job)?;
+        self.run_commit(g, job, &mut Trace::default())?;
         Ok(true)
     }
     /// Writes home every journaled block waiting for its checkpoint, then flushes

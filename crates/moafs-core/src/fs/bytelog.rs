@@ -35,6 +35,7 @@
 //!   commit and the head); no room sends the fsync to the committer, which empties the log.
 
 use super::cache::{units_changed, Units, UNIT};
+use super::fsynctime::{FsyncPath, FsyncPhase, Trace};
 use super::{Fs, Inner, JournalMode};
 use crate::device::{BlockDevice, Nvm};
 use crate::error::{FsError, FsResult};
@@ -45,6 +46,7 @@ use crate::format::bytelog::{
 use crate::format::Superblock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Blocks whose old contents an fsync reads to find what changed, at most (more: the file
 /// is being rewritten, not updated; the committer takes it).
@@ -670,9 +672,9 @@ impl Fs {
     /// fsync registers and takes `commit_mx`; the first to get it writes one batch for every
     /// fsync registered by then (each file's records) and flushes once; the others, when
     /// they get `commit_mx` in turn, find their outcome and return.
-    pub(super) fn fsync_bytelog(&self, ino: u64) -> FsResult<bool> {
+    pub(super) fn fsync_bytelog(&self, ino: u64, t: &mut Trace) -> FsResult<bool> {
         let req = {
-            let mut g = self.lock();
+            let mut g = t.time(FsyncPhase::Lock, || self.lock());
             if !g.bytelog_candidate(ino)? {
                 return Ok(false);
             }
@@ -683,11 +685,17 @@ impl Fs {
             req
         };
         // A job of the committer: no commit in flight while it plans and writes.
-        let _job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
-        let mut g = self.lock();
+        let _job = t.time(FsyncPhase::Job, || {
+            self.commit_mx.lock().unwrap_or_else(|e| e.into_inner())
+        });
+        let mut g = t.time(FsyncPhase::Lock, || self.lock());
         if let Some(served) = g.bytelog_waiting.done.remove(&req) {
+            if served {
+                t.served(FsyncPath::ByteLogShared);
+            }
             return Ok(served);
         }
+        let from = Instant::now();
         // the home copies the plan compares are read with the engine lock released
         // (nothing writes home meanwhile: this thread holds `commit_mx`)
         let mut g = self.warm_from(g, &mut |g| {
@@ -721,7 +729,13 @@ impl Fs {
             }
         };
         let Some((to, bytes)) = io else {
-            return Ok(settle(&mut g, &outcomes));
+            t.since(FsyncPhase::Plan, from);
+            let served = settle(&mut g, &outcomes);
+            if served {
+                // nothing to log: what changed is in the log already
+                t.served(FsyncPath::Clean);
+            }
+            return Ok(served);
         };
         g.epochs.set_writing(true);
         let dev = g.dev.clone();
@@ -731,14 +745,26 @@ impl Fs {
             .and_then(|l| l.tier.as_ref())
             .map(|t| t.nvm.clone());
         drop(g);
+        let from = t.since(FsyncPhase::Plan, from);
         let unwinding = super::InFlight(self);
         let r = match (to, tier) {
-            (Target::Device(at), _) => dev.write_at(at, &bytes).and_then(|()| dev.flush()),
-            (Target::Tier(at), Some(t)) => t.store(at, &bytes).and_then(|()| t.persist()),
+            (Target::Device(at), _) => dev.write_at(at, &bytes).and_then(|()| {
+                let from = t.since(FsyncPhase::Write, from);
+                let r = dev.flush();
+                t.since(FsyncPhase::Flush, from);
+                r
+            }),
+            (Target::Tier(at), Some(tier)) => tier.store(at, &bytes).and_then(|()| {
+                let from = t.since(FsyncPhase::Write, from);
+                let r = tier.persist();
+                t.since(FsyncPhase::Flush, from);
+                r
+            }),
             (Target::Tier(_), None) => unreachable!("placed in a tier"),
         };
         std::mem::forget(unwinding);
-        let mut g = self.lock();
+        let mut g = t.time(FsyncPhase::Lock, || self.lock());
+        let from = Instant::now();
         g.epochs.set_writing(false);
         let r = match r {
             Ok(()) => Ok(settle(&mut g, &outcomes)),
@@ -753,6 +779,10 @@ impl Fs {
         };
         drop(g);
         self.done.notify_all();
+        t.since(FsyncPhase::Finish, from);
+        if matches!(r, Ok(true)) {
+            t.served(FsyncPath::ByteLog);
+        }
         r
     }
 }

@@ -43,6 +43,7 @@ mod dir;
 mod epoch;
 mod extents;
 mod fetch;
+mod fsynctime;
 mod homeless;
 pub mod iflags;
 pub mod journal;
@@ -55,6 +56,7 @@ mod readahead;
 mod shutdown;
 mod space;
 mod trim;
+pub use fsynctime::{FsyncPhase, FsyncReport};
 pub use readahead::{Readahead, ReadaheadPolicy};
 pub use shutdown::ShutdownFlush;
 
@@ -70,6 +72,7 @@ use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
 use crate::format::{Geometry, Superblock};
 use alloc::Allocator;
+use fsynctime::{FsyncPath, Trace};
 use node::{IndBlock, Inode};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -173,6 +176,8 @@ pub struct Fs {
     recording: bool,
     /// Shut down or not (`shutdown.rs`).
     down: shutdown::Down,
+    /// Where fsyncs spend their time (`fsynctime.rs`); a lock of its own.
+    fsync_times: fsynctime::FsyncTimes,
 }
 
 impl Fs {
@@ -237,20 +242,25 @@ impl Fs {
     /// flight, or by running the next commit (taking every change made so far: fsyncs that
     /// arrive meanwhile wait and share it — group commit).
     fn wait_durable(&self, epoch: u64) -> FsResult<()> {
-        self.wait_durable_batched(epoch, false)
+        self.wait_durable_batched(epoch, false, &mut Trace::default())
     }
 
     /// [`Fs::wait_durable`]; `batch`: before running a commit itself, wait for other
-    /// syncing threads to join it (`Epochs::batch_wait`).
-    fn wait_durable_batched(&self, epoch: u64, mut batch: bool) -> FsResult<()> {
-        let mut led = false;
+    /// syncing threads to join it (`Epochs::batch_wait`). `t` adds up the phases.
+    fn wait_durable_batched(&self, epoch: u64, mut batch: bool, t: &mut Trace) -> FsResult<()> {
+        let (mut led, mut waited) = (false, false);
         loop {
-            let mut g = self.lock();
+            let mut g = t.time(FsyncPhase::Lock, || self.lock());
             loop {
                 if g.opts.read_only || g.epochs.is_durable(epoch) {
                     if !led {
                         g.counters.commits_skipped += 1;
                     }
+                    t.served(match (led, waited) {
+                        (true, _) => FsyncPath::Commit,
+                        (false, true) => FsyncPath::Joined,
+                        (false, false) => FsyncPath::Clean,
+                    });
                     return Ok(());
                 }
                 if g.failed {
@@ -260,7 +270,12 @@ impl Fs {
                 if !g.epochs.writing() {
                     break;
                 }
-                g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+                // another's commit (or committer job) is in flight: it covers this fsync, or
+                // must end before the next can start
+                waited = true;
+                g = t.time(FsyncPhase::Wait, || {
+                    self.done.wait(g).unwrap_or_else(|e| e.into_inner())
+                });
             }
             // as jbd2: the changes waiting for this commit have gathered since the last one
             // started; wait until that is about one commit's time
@@ -268,23 +283,32 @@ impl Fs {
             if let Some(wait) = g.epochs.batch_wait().filter(|_| batch) {
                 batch = false;
                 drop(g);
-                std::thread::sleep(wait);
+                t.time(FsyncPhase::Batch, || std::thread::sleep(wait));
                 continue;
             }
             drop(g);
-            let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
-            let g = self.lock();
+            let job = t.time(FsyncPhase::Job, || {
+                self.commit_mx.lock().unwrap_or_else(|e| e.into_inner())
+            });
+            let g = t.time(FsyncPhase::Lock, || self.lock());
             if g.epochs.is_durable(epoch) || g.failed || g.opts.read_only {
                 continue;
             }
             led = true;
-            self.run_commit(g, job)?;
+            self.run_commit(g, job, t)?;
         }
     }
 
     /// One commit in three phases (`commit.rs`): (A) under the engine lock `g`, (B) with
-    /// it released, (C) under it again; `_job` is the held `commit_mx`.
-    fn run_commit(&self, mut g: MutexGuard<'_, Inner>, _job: MutexGuard<'_, ()>) -> FsResult<()> {
+    /// it released, (C) under it again; `_job` is the held `commit_mx`. `t` adds up the
+    /// phases of the fsync that runs it.
+    fn run_commit(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        _job: MutexGuard<'_, ()>,
+        t: &mut Trace,
+    ) -> FsResult<()> {
+        let from = Instant::now();
         let io = match g.commit_begin() {
             Ok(io) => io,
             Err(e) => {
@@ -295,19 +319,24 @@ impl Fs {
         };
         let (dev, bs, epoch) = (g.dev.clone(), g.bs() as u64, io.epoch);
         drop(g);
+        let from = t.since(FsyncPhase::Plan, from);
         // Should the I/O panic (a device implementation's bug, a test's assertion), the
         // commit in flight must not be left "committing" for ever with every fsync waiting.
         let unwinding = InFlight(self);
-        let started = Instant::now();
-        let r = io.run(dev.as_ref(), bs);
-        let took = started.elapsed().as_nanos() as u64;
+        let timed = fsynctime::TimedFlushes::new(dev.as_ref());
+        let r = io.run(&timed, bs);
+        let took = from.elapsed();
         std::mem::forget(unwinding);
+        t.add(FsyncPhase::Write, took.saturating_sub(timed.flushes()));
+        t.add(FsyncPhase::Flush, timed.flushes());
         drop(io); // the buffers: the cache's references are the last ones again
-        let mut g = self.lock();
-        g.epochs.note_commit_time(took);
+        let mut g = t.time(FsyncPhase::Lock, || self.lock());
+        let from = Instant::now();
+        g.epochs.note_commit_time(took.as_nanos() as u64);
         let r = g.commit_end(epoch, r);
         drop(g);
         self.done.notify_all();
+        t.since(FsyncPhase::Finish, from);
         r
     }
 }

@@ -188,6 +188,7 @@ impl Fs {
             wb: behind::WbSignal::default(),
             recording,
             down: shutdown::Down::new(fence),
+            fsync_times: Default::default(),
         })
     }
 }

@@ -6,7 +6,7 @@ use crate::convert::{
     unprivileged_groups,
 };
 use crate::reply::{negative_attr, xattr_reply};
-use crate::{ioctl, statx, uring, MoafsFuse};
+use crate::{ioctl, statx, synctime, uring, MoafsFuse};
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
@@ -14,6 +14,7 @@ use fuser::{
     Request, WriteFlags,
 };
 use moafs_core::fs::iflags;
+use moafs_core::fs::FsyncPhase;
 use moafs_core::fs::{acl, RenameFlags as CoreRenameFlags, SetAttr, XattrFlags};
 use moafs_core::FsError;
 use std::ffi::OsStr;
@@ -21,7 +22,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 impl Filesystem for MoafsFuse {
     declined_requests!(except_open);
@@ -363,7 +364,19 @@ impl Filesystem for MoafsFuse {
         self.transport.note();
         // the caller's thread (the kernel's request header names it), for group commit
         let caller = u64::from(req.pid());
-        Self::empty(reply, self.fs.fsync_for(ino.0, datasync, caller));
+        if let Some(at) = synctime::take_arrived() {
+            self.fs.note_fsync_phase(FsyncPhase::Queue, at.elapsed());
+        }
+        let r = self.fs.fsync_for(ino.0, datasync, caller);
+        if self.transport.uring_granted().load(Ordering::Relaxed) {
+            // the thread that commits the reply to the ring reports its time
+            synctime::mark_served();
+            Self::empty(reply, r);
+        } else {
+            let at = Instant::now();
+            Self::empty(reply, r);
+            self.fs.note_fsync_phase(FsyncPhase::Reply, at.elapsed());
+        }
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -176,6 +176,7 @@ impl<FS: Filesystem> Servant<FS> {
         let unique = Entry::u64_at(&entry.header, 8);
         let payload = Entry::u32_at(&entry.header, PAYLOAD_SZ_AT);
         let commit_id = Entry::u64_at(&entry.header, COMMIT_ID_AT);
+        crate::synctime::set_arrived(entry.arrived.take());
         let outcome = match entry.request() {
             None => {
                 log::error!("io_uring: malformed request header; answering EIO");
@@ -206,6 +207,7 @@ impl<FS: Filesystem> Servant<FS> {
         if outcome == Some(Dispatched::Invalid) {
             log::error!("io_uring: request fuser could not parse; answering EIO");
         }
+        entry.served = crate::synctime::take_served();
         let mut st = self.sink.state();
         entry.set_reply(&mut st, unique);
         (commit_id, outcome == Some(Dispatched::Destroy))
@@ -281,7 +283,10 @@ impl<FS: Filesystem> Server<FS> {
     }
 
     /// Commits the reply in `entry` and re-arms it in this ring.
-    fn commit(&mut self, entry: Entry, commit_id: u64) -> io::Result<()> {
+    fn commit(&mut self, mut entry: Entry, commit_id: u64) -> io::Result<()> {
+        if let (Some(at), Some(timer)) = (entry.served.take(), &self.sync_counts.timer) {
+            timer.report(crate::synctime::SyncPhase::Reply, at.elapsed());
+        }
         let slot = self.free_slot();
         let sqe = fuse_cmd(
             self.fd,
@@ -369,7 +374,9 @@ impl<FS: Filesystem> Server<FS> {
                 "io_uring: completion for empty slot {ud}"
             )));
         };
+        let mut entry = entry;
         if entry.waits_for_commit() {
+            entry.arrived = Some(std::time::Instant::now());
             if let Some(pool) = &self.pool {
                 let caller = Entry::u32_at(&entry.header, PID_AT);
                 let others = self
