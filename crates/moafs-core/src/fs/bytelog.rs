@@ -331,13 +331,36 @@ impl Inner {
     }
 
     /// Whether an fsync of `ino` may be served by the byte log (cheap: no I/O, no commit
-    /// state); `plan_file` decides.
+    /// state, no walk of the blocks); `plan_file` decides. Everything that the inode alone
+    /// says needs the committer is refused here, before the fsync queues for `commit_mx`
+    /// (a refusal after that wait cost the fsync a second wait: issue 43).
     pub(crate) fn bytelog_candidate(&mut self, ino: u64) -> FsResult<bool> {
         if !self.bytelog_active() || self.failed {
             return Ok(false);
         }
         let n = self.inode(ino)?;
-        Ok(n.kind_mode() == libc::S_IFREG && n.saved.is_some() && !n.xattr_dirty)
+        if n.kind_mode() != libc::S_IFREG || n.xattr_dirty || n.meta_reserved {
+            return Ok(false);
+        }
+        // blocks without a home yet (an append, a write into a hole) need an allocation
+        if n.cache.reserved_count() > 0 {
+            return Ok(false);
+        }
+        let Some(saved) = &n.saved else {
+            return Ok(false);
+        };
+        // Anything but what an attribute record carries differing from the last commit's
+        // image (the block map above all, links, extended attributes) needs the committer.
+        let map_changing = n
+            .ext
+            .as_ref()
+            .is_some_and(|e| e.is_dirty() || e.tree_promised() > 0);
+        if map_changing {
+            return Ok(false);
+        }
+        let mut same = n.d.clone();
+        InodeAttrs::of(saved).apply(&mut same);
+        Ok(same == *saved)
     }
 
     /// Whether `u` changed units are too many for byte records (the block path takes them).
@@ -400,20 +423,6 @@ impl Inner {
         }
         let bs = self.bs();
         let node = &self.inodes[&ino];
-        let Some(saved) = &node.saved else {
-            return Ok(None);
-        };
-        // Anything but what an attribute record carries differing from the last commit's
-        // image (the block map above all, links, extended attributes) needs the committer.
-        let mut same = node.d.clone();
-        InodeAttrs::of(saved).apply(&mut same);
-        let map_changing = node
-            .ext
-            .as_ref()
-            .is_some_and(|e| e.is_dirty() || e.tree_promised() > 0);
-        if same != *saved || node.meta_reserved || map_changing || node.dir.is_some() {
-            return Ok(None);
-        }
         let attrs = InodeAttrs::of(&node.d);
         let logged_attrs = node.logged;
         // (the dirty blocks logged with no change since have nothing to add: not visited)
@@ -676,6 +685,10 @@ impl Fs {
         let req = {
             let mut g = t.time(FsyncPhase::Lock, || self.lock());
             if !g.bytelog_candidate(ino)? {
+                // refused before queueing for the committer: a fallback all the same
+                if g.bytelog_active() && !g.failed {
+                    g.counters.bytelog_fallbacks += 1;
+                }
                 return Ok(false);
             }
             let w = &mut g.bytelog_waiting;

@@ -383,8 +383,8 @@ pub struct EngineCounters {
     pub bytelog_sectors: u64,
     pub bytelog_data_bytes: u64,
     pub bytelog_home_reads: u64,
-    /// fsyncs that wanted the byte log but committed: a change it cannot log, a block
-    /// above the threshold, or no room left in the log.
+    /// fsyncs of a mount with the byte log on that committed instead: a file or a change it
+    /// cannot log (refused before queueing, or when planned), or no room left in the log.
     pub bytelog_fallbacks: u64,
     /// Batches written (one per group of fsyncs served together: fsyncs / batches is the
     /// byte log's group commit).
