@@ -29,6 +29,12 @@ pub const KIND_VOID: u16 = 3;
 /// three times (`ATTR_LEN` bytes) — whose block map is the last commit's.
 pub const KIND_ATTR: u16 = 4;
 pub const ATTR_LEN: usize = 60;
+/// Record kind (issue 43): blocks `block .. block + home` (the header's two block fields:
+/// first block, count) are in use — set in their group's block bitmap at replay. No payload.
+pub const KIND_ALLOC: u16 = 5;
+/// Record kind (issue 43): the whole slot of inode `ino` (`INODE_BYTES`, as the next commit
+/// would write it: its block map with it, extent root in the slot).
+pub const KIND_SLOT: u16 = 6;
 /// Batch flag: written by a commit (its write-back), part of that commit: its records count
 /// only if that commit is durable (their sequence numbers are at most the floor its
 /// superblock records).
@@ -56,6 +62,10 @@ pub enum RecordBody {
     Void { block: u64, home: u64 },
     /// The attributes of the inode (its block map, links and the rest are the image's).
     Attr(InodeAttrs),
+    /// Blocks `first .. first + count` (one group's data blocks) are in use.
+    Alloc { first: u64, count: u64 },
+    /// The inode's whole slot, encoded (`INODE_BYTES`).
+    Slot(Vec<u8>),
 }
 
 /// The fields of an inode an attribute record carries: what an fsync of a file whose block
@@ -109,8 +119,9 @@ impl Record {
         match &self.body {
             RecordBody::Bytes { data, .. } => data.len(),
             RecordBody::Times(_) => TIMES_LEN,
-            RecordBody::Void { .. } => 0,
+            RecordBody::Void { .. } | RecordBody::Alloc { .. } => 0,
             RecordBody::Attr(_) => ATTR_LEN,
+            RecordBody::Slot(s) => s.len(),
         }
     }
     fn encode_into(&self, b: &mut [u8]) {
@@ -146,6 +157,16 @@ impl Record {
                 put_u16(b, 4, KIND_VOID);
                 put_u64(b, 24, *block);
                 put_u64(b, 32, *home);
+            }
+            RecordBody::Alloc { first, count } => {
+                put_u16(b, 4, KIND_ALLOC);
+                put_u64(b, 24, *first);
+                put_u64(b, 32, *count);
+            }
+            RecordBody::Slot(s) => {
+                put_u16(b, 4, KIND_SLOT);
+                put_u32(b, 44, s.len() as u32);
+                b[RECORD_HEADER..RECORD_HEADER + s.len()].copy_from_slice(s);
             }
             RecordBody::Attr(a) => {
                 put_u16(b, 4, KIND_ATTR);
@@ -208,6 +229,11 @@ impl Record {
                 block: get_u64(b, 24),
                 home: get_u64(b, 32),
             },
+            KIND_ALLOC if plen == 0 && get_u64(b, 32) > 0 => RecordBody::Alloc {
+                first: get_u64(b, 24),
+                count: get_u64(b, 32),
+            },
+            KIND_SLOT if plen == super::INODE_BYTES => RecordBody::Slot(payload.to_vec()),
             KIND_ATTR if plen == ATTR_LEN => {
                 let t = |i: usize| {
                     (
@@ -486,6 +512,45 @@ mod tests {
                 !matches!(decode_batch(&c, 99, 4096), Ok(Some(_))),
                 "byte {i}"
             );
+        }
+    }
+
+    #[test]
+    fn allocation_and_slot_records_round_trip_and_bad_ones_are_refused() {
+        let slot: Vec<u8> = (0..super::super::INODE_BYTES).map(|i| i as u8).collect();
+        let recs = vec![
+            Record {
+                seq: 20,
+                ino: 5,
+                body: RecordBody::Alloc {
+                    first: 4100,
+                    count: 3,
+                },
+            },
+            Record {
+                seq: 21,
+                ino: 5,
+                body: RecordBody::Slot(slot.clone()),
+            },
+        ];
+        let b = encode_batch(&recs, 7);
+        let got = decode_batch(&b, 7, 4096).unwrap().unwrap();
+        assert_eq!(got.records, recs);
+        // an allocation of no block, or a slot of another length, in a valid batch: the
+        // batch is refused (an error, not the log's end)
+        for bad in [
+            RecordBody::Alloc {
+                first: 4100,
+                count: 0,
+            },
+            RecordBody::Slot(slot[..128].to_vec()),
+        ] {
+            let r = Record {
+                seq: 20,
+                ino: 5,
+                body: bad,
+            };
+            assert!(decode_batch(&encode_batch(&[r], 7), 7, 4096).is_err());
         }
     }
 

@@ -42,6 +42,11 @@ pub const FEATURE_JOURNAL_COMPACT: u64 = 32;
 /// `features_incompat`: inodes may have extent maps (slot layout 2, FORMAT.md section 6a).
 /// Set in every version-3 image and in no older one.
 pub const FEATURE_EXTENTS: u64 = 64;
+/// `features_incompat`: the byte log may hold allocation and inode-slot records (kinds 5 and
+/// 6, FORMAT.md section 13: an fsync of a file whose block map grew), which a reader that
+/// does not know them would take for the end of the log. Set while mounted with the byte log
+/// in use, like [`FEATURE_BYTELOG_WB`]; a clean unmount clears it.
+pub const FEATURE_BYTELOG_MAP: u64 = 128;
 /// `features_compat` bit 0: some inode has carried the immutable or append-only flag
 /// (`fs/iflags.rs`), so a mount must check opens against inode flags. Compatible: a reader
 /// that does not know it reads the image correctly (it just does not enforce the flags).
@@ -275,7 +280,8 @@ impl Superblock {
                 | FEATURE_NVM
                 | FEATURE_BYTELOG_WB
                 | FEATURE_JOURNAL_COMPACT
-                | FEATURE_EXTENTS)
+                | FEATURE_EXTENTS
+                | FEATURE_BYTELOG_MAP)
             != 0
         {
             return bad("unknown incompatible features");
@@ -325,7 +331,7 @@ impl Superblock {
             || self.bytelog_blocks != 0
             || self.bytelog_tail != 0
             || self.bytelog_floor != 0
-            || self.features_incompat & FEATURE_BYTELOG_WB != 0
+            || self.features_incompat & (FEATURE_BYTELOG_WB | FEATURE_BYTELOG_MAP) != 0
         {
             return bad("byte-log fields set without the byte-log feature");
         }

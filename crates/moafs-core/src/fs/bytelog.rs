@@ -137,8 +137,9 @@ pub(crate) struct ByteLog {
     pub pin: Option<(u64, u64)>,
     /// The next commit writes every homeless block home.
     pub clean_next: bool,
-    /// Superblocks written while mounted say commit batches may be in the log
-    /// (`FEATURE_BYTELOG_WB`); the last one at unmount does not.
+    /// Superblocks written while mounted say commit batches and allocation and slot records
+    /// may be in the log (`FEATURE_BYTELOG_WB`, `FEATURE_BYTELOG_MAP`); the last one at
+    /// unmount does not.
     pub in_use: bool,
 }
 
@@ -182,10 +183,11 @@ impl ByteLog {
                 self.recorded.clear();
             }
         }
+        let bits = crate::format::FEATURE_BYTELOG_WB | crate::format::FEATURE_BYTELOG_MAP;
         if self.in_use {
-            sb.features_incompat |= crate::format::FEATURE_BYTELOG_WB;
+            sb.features_incompat |= bits;
         } else {
-            sb.features_incompat &= !crate::format::FEATURE_BYTELOG_WB;
+            sb.features_incompat &= !bits;
         }
         if let Some(t) = self.tier.as_mut() {
             sb.nvm_tail = t.ring.covered() * 8;
@@ -211,7 +213,10 @@ impl ByteLog {
                 RecordBody::Void { home, .. } => {
                     self.recorded.remove(&home);
                 }
-                RecordBody::Times(_) | RecordBody::Attr(_) => {}
+                RecordBody::Times(_)
+                | RecordBody::Attr(_)
+                | RecordBody::Alloc { .. }
+                | RecordBody::Slot(_) => {}
             }
         }
     }
@@ -309,6 +314,8 @@ pub(crate) struct FilePlan {
     /// The attributes durable once the batch is (`Inode::logged`).
     attrs: InodeAttrs,
     data_bytes: u64,
+    /// A slot record says the file's grown map (`grown.rs`).
+    slot: bool,
 }
 
 /// fsyncs waiting for the byte log (`Inner::bytelog_waiting`) and what became of those a
@@ -342,25 +349,23 @@ impl Inner {
         if n.kind_mode() != libc::S_IFREG || n.xattr_dirty || n.meta_reserved {
             return Ok(false);
         }
-        // blocks without a home yet (an append, a write into a hole) need an allocation
-        if n.cache.reserved_count() > 0 {
-            return Ok(false);
-        }
         let Some(saved) = &n.saved else {
             return Ok(false);
         };
         // Anything but what an attribute record carries differing from the last commit's
-        // image (the block map above all, links, extended attributes) needs the committer.
-        let map_changing = n
-            .ext
-            .as_ref()
-            .is_some_and(|e| e.is_dirty() || e.tree_promised() > 0);
-        if map_changing {
-            return Ok(false);
-        }
+        // image (links, extended attributes, the block map) needs the committer — but a map
+        // that only grew, and still fits in the inode, slot and allocation records can say
+        // (`grown.rs`)
+        let map_changing = n.cache.reserved_count() > 0
+            || n.ext
+                .as_ref()
+                .is_some_and(|e| e.is_dirty() || e.tree_promised() > 0);
         let mut same = n.d.clone();
         InodeAttrs::of(saved).apply(&mut same);
-        Ok(same == *saved)
+        if !map_changing && same == *saved {
+            return Ok(true);
+        }
+        Ok(self.grown_map_fits(ino))
     }
 
     /// Whether `u` changed units are too many for byte records (the block path takes them).
@@ -427,11 +432,14 @@ impl Inner {
         let logged_attrs = node.logged;
         // (the dirty blocks logged with no change since have nothing to add: not visited)
         let mut blocks = Vec::new();
+        let mut placing = Vec::new();
         let mut reads = 0;
         for idx in node.cache.to_log() {
             let cb = node.cache.get(&idx).expect("dirty blocks are cached");
             if cb.reserved {
-                return Ok(None);
+                // without a home: placed below, once nothing can refuse (`grown.rs`)
+                placing.push(idx);
+                continue;
             }
             if cb.unknown {
                 reads += 1;
@@ -465,15 +473,31 @@ impl Inner {
                 logs.push((idx, phys, log, found, logged));
             }
         }
-        let newly_logged = logs.iter().filter(|l| !l.4).count() as u64;
         let mut records = Vec::new();
+        let slot =
+            !placing.is_empty() || self.inodes[&ino].ext.as_ref().is_some_and(|e| e.is_dirty());
+        if !placing.is_empty() {
+            let whole = self.whole_block();
+            for (idx, phys) in self.place_for_records(ino, placing, &mut records)? {
+                logs.push((idx, phys, whole, Some(whole), false));
+            }
+        }
+        let newly_logged = logs.iter().filter(|l| !l.4).count() as u64;
         let mut data_bytes = 0u64;
         let node = &self.inodes[&ino];
         for (idx, phys, units_to_log, _, _) in &logs {
             let cb = node.cache.get(idx).expect("dirty");
             data_bytes += unit_records(ino, *idx, *phys, *units_to_log, &cb.data, &mut records);
         }
-        if attrs != logged_attrs {
+        if slot {
+            // the grown map with every attribute, as the next commit will write the inode
+            let seq = records.last().map_or(0, |r| r.seq + 1);
+            match self.slot_record(ino, seq) {
+                Some(r) => records.push(r),
+                // (cannot be: `grown_map_fits` saw it fit) the commit writes what was placed
+                None => return Ok(None),
+            }
+        } else if attrs != logged_attrs {
             // the times alone (most fsyncs of overwrites), or every attribute
             let body = if attrs.differ_beyond_times(&logged_attrs) {
                 RecordBody::Attr(attrs)
@@ -493,6 +517,7 @@ impl Inner {
             newly_logged,
             attrs,
             data_bytes,
+            slot,
         }))
     }
     /// Plans one batch for the fsyncs `reqs` (request, inode) waiting for the byte log:
@@ -603,6 +628,7 @@ impl Inner {
             // durable now: a timer commit must not write an older size over it (`aging.rs`)
             self.aging.make_due(f.ino);
             self.counters.bytelog_data_bytes += f.data_bytes;
+            self.counters.bytelog_map_fsyncs += u64::from(f.slot);
         }
         self.counters.bytelog_records += count;
         self.counters.bytelog_batches += 1;

@@ -12,7 +12,7 @@
 use super::Inner;
 use crate::error::{FsError, FsResult};
 use crate::format::blockmap::{self, MapVisitor, Run};
-use crate::format::extent::{pack, tree_blocks, ExtNode, Extent, MAX_EXTENT_LEN};
+use crate::format::extent::{pack, tree_blocks, ExtNode, Extent, MAX_EXTENT_LEN, ROOT_ENTRIES};
 use std::collections::BTreeMap;
 
 /// One file's extent map as the engine holds it.
@@ -28,6 +28,9 @@ pub(crate) struct ExtMap {
     tree: Vec<(u64, Vec<u8>)>,
     /// Changed since the last commit packed it.
     dirty: bool,
+    /// A block lost or changed its mapping since the last commit packed it (a truncate, a
+    /// remap): the map did not only grow (`grown.rs` then leaves the fsync to a commit).
+    shrunk: bool,
     /// Data blocks promised to this file since the last commit, and the tree blocks
     /// promised for them (`reserve_extent_blocks`).
     promised: u64,
@@ -68,6 +71,7 @@ impl ExtMap {
             if p + (idx - l) == phys {
                 return;
             }
+            self.shrunk = true;
             self.remove_run(l);
             if idx > l {
                 self.insert_run(l, p, idx - l);
@@ -108,6 +112,7 @@ impl ExtMap {
         }
         if !freed.is_empty() {
             self.dirty = true;
+            self.shrunk = true;
         }
         freed
     }
@@ -163,6 +168,31 @@ impl ExtMap {
     pub(crate) fn promises_kept(&mut self) {
         self.promised = 0;
         self.tree_promised = 0;
+    }
+
+    /// The map has no tree blocks and would still fit in the inode with `more` extents
+    /// (the byte log's slot records carry the root only: `bytelog.rs`).
+    pub(crate) fn in_root_with(&self, more: usize) -> bool {
+        self.tree.is_empty() && self.extents + more <= ROOT_ENTRIES
+    }
+
+    /// Every block mapped when the last commit packed the map, or mapped since, is still
+    /// mapped where it was (nothing was truncated or remapped since).
+    pub(crate) fn only_grew(&self) -> bool {
+        !self.shrunk
+    }
+
+    /// Logical blocks `logical .. logical + len` map to `physical ..` (an extent of an
+    /// earlier image of the map is still there, unchanged).
+    pub(crate) fn covers(&self, logical: u64, physical: u64, len: u64) -> bool {
+        self.run_at(logical)
+            .is_some_and(|(l, p, n)| p + (logical - l) == physical && logical + len <= l + n)
+    }
+
+    /// The root the next commit would pack, when the map fits in the inode.
+    pub(crate) fn root_image(&self) -> Option<ExtNode> {
+        self.in_root_with(0)
+            .then(|| ExtNode::Leaf(self.extent_list()))
     }
 
     /// Mapped blocks (data only).
@@ -428,6 +458,7 @@ impl Inner {
         let map = self.inodes.get_mut(&ino).and_then(|n| n.ext.as_mut());
         let map = map.expect("looked up above");
         map.dirty = false;
+        map.shrunk = false;
         let old: Vec<(u64, Vec<u8>)> = std::mem::take(&mut map.tree);
         let packed = pack(&extents, bs, |i| numbers[i]);
         let mut write = Vec::new();

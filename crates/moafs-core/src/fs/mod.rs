@@ -44,6 +44,7 @@ mod epoch;
 mod extents;
 mod fetch;
 mod fsynctime;
+mod grown;
 mod homeless;
 pub mod iflags;
 pub mod journal;

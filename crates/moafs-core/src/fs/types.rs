@@ -379,6 +379,10 @@ pub struct EngineCounters {
     /// Of the blocks those fsyncs logged, those logged whole (their changes reached the
     /// threshold: one whole-block record).
     pub bytelog_whole_blocks: u64,
+    /// fsyncs served with a slot record (their block map grew: `grown.rs`), and the blocks
+    /// they gave an address.
+    pub bytelog_map_fsyncs: u64,
+    pub bytelog_placed_blocks: u64,
     pub bytelog_records: u64,
     pub bytelog_sectors: u64,
     pub bytelog_data_bytes: u64,
@@ -474,6 +478,10 @@ impl EngineCounters {
             bytelog_whole_blocks: self
                 .bytelog_whole_blocks
                 .saturating_sub(e.bytelog_whole_blocks),
+            bytelog_map_fsyncs: self.bytelog_map_fsyncs.saturating_sub(e.bytelog_map_fsyncs),
+            bytelog_placed_blocks: self
+                .bytelog_placed_blocks
+                .saturating_sub(e.bytelog_placed_blocks),
             bytelog_records: self.bytelog_records.saturating_sub(e.bytelog_records),
             bytelog_sectors: self.bytelog_sectors.saturating_sub(e.bytelog_sectors),
             bytelog_data_bytes: self.bytelog_data_bytes.saturating_sub(e.bytelog_data_bytes),

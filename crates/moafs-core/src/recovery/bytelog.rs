@@ -9,7 +9,9 @@ use crate::format::bytelog::{
     batch_header_bytes, batch_salt, decode_batch, tier_batch_salt, Batch, Record, RecordBody,
     TierHeader, LOG_SECTOR, TIER_HEADER,
 };
-use crate::format::{Bounds, DiskInode, Geometry, Superblock, INODE_BYTES};
+use crate::format::{
+    bitmap_crc, Bounds, DiskInode, Geometry, GroupHeader, Superblock, INODE_BYTES,
+};
 use std::collections::{BTreeMap, HashMap};
 
 /// What replaying the byte log does (after the journal).
@@ -60,7 +62,11 @@ pub fn plan_bytelog_replay(
             ino: r.ino,
             block: match r.body {
                 RecordBody::Bytes { block, home, .. } => Some((block, home)),
-                RecordBody::Times(_) | RecordBody::Attr(_) | RecordBody::Void { .. } => None,
+                RecordBody::Times(_)
+                | RecordBody::Attr(_)
+                | RecordBody::Void { .. }
+                | RecordBody::Alloc { .. }
+                | RecordBody::Slot(_) => None,
             },
         });
     }
@@ -216,7 +222,11 @@ pub fn read_live_records(
         let counts = match &r.body {
             RecordBody::Void { .. } => continue,
             _ if r.seq > floor => true,
-            RecordBody::Times(_) | RecordBody::Attr(_) => false,
+            // the floor's commit holds what these say
+            RecordBody::Times(_)
+            | RecordBody::Attr(_)
+            | RecordBody::Alloc { .. }
+            | RecordBody::Slot(_) => false,
             RecordBody::Bytes { home, .. } => void.get(home).is_none_or(|v| *v < r.seq),
         };
         if counts {
@@ -320,6 +330,68 @@ fn apply_record(
                 _ => unreachable!("matched above"),
             }
             d.encode_into(slot, r.ino);
+        }
+        RecordBody::Alloc { first, count } => {
+            let (first, count) = (*first, *count);
+            let g = geo.group_of_block(first);
+            let end = first.saturating_add(count);
+            if count > geo.blocks_per_group as u64
+                || !Bounds::from_superblock(sb).is_data_run(first, count)
+                || geo.group_of_block(end - 1) != g
+            {
+                return Err(bad(format!(
+                    "record {} allocates blocks {first}..{end} (not one group's data blocks)",
+                    r.seq
+                )));
+            }
+            // the group's bitmap area as one buffer: bits set, then the free count and the
+            // bitmap's crc in the header recomputed from it (applying it twice is harmless)
+            let area: Vec<u64> = (0..geo.bitmap_blocks as u64)
+                .map(|k| geo.bitmap_block(g) + k)
+                .collect();
+            let mut bits = Vec::with_capacity(area.len() * bs as usize);
+            for &b in &area {
+                image(b, blocks)?;
+                bits.extend_from_slice(&blocks[&b]);
+            }
+            let from = first - geo.group_start(g);
+            for i in from..from + count {
+                crate::format::bitmap::set_bit(&mut bits, i, true);
+            }
+            for (k, &b) in area.iter().enumerate() {
+                let chunk = &bits[k * bs as usize..(k + 1) * bs as usize];
+                blocks
+                    .get_mut(&b)
+                    .expect("read above")
+                    .copy_from_slice(chunk);
+            }
+            let hb = geo.header_block(g);
+            image(hb, blocks)?;
+            let mut h = GroupHeader::decode(&blocks[&hb], hb, g)?;
+            h.free_blocks =
+                crate::format::bitmap::count_clear(&bits, geo.group_len(g) as u64) as u32;
+            h.bitmap_crc = bitmap_crc(&bits, g);
+            blocks.insert(hb, h.encode(hb, sb.block_size));
+        }
+        RecordBody::Slot(bytes) => {
+            if !geo.valid_ino(r.ino) {
+                return Err(bad(format!("record {} names inode {}", r.seq, r.ino)));
+            }
+            let (blk, off) = geo.inode_location(r.ino);
+            image(blk, blocks)?;
+            let b = blocks.get_mut(&blk).expect("read above");
+            let slot = &mut b[off..off + INODE_BYTES];
+            let old = DiskInode::decode_unchecked(slot, r.ino, blk)?;
+            let new = DiskInode::decode(bytes, r.ino, blk, &Bounds::from_superblock(sb))
+                .map_err(|e| bad(format!("record {}: {e}", r.seq)))?;
+            if old.is_free() || new.is_free() || old.mode & libc::S_IFMT != new.mode & libc::S_IFMT
+            {
+                return Err(bad(format!(
+                    "record {} replaces the slot of inode {} ({:o}) with one of mode {:o}",
+                    r.seq, r.ino, old.mode, new.mode
+                )));
+            }
+            slot.copy_from_slice(bytes);
         }
         RecordBody::Void { .. } => {} // read_live_records does not return them
     }
