@@ -59,6 +59,14 @@ fn opts() -> MountOptions {
     }
 }
 
+/// With fsyncs of grown maps by records (`-o bytelog_grow=on`, off by default).
+fn grow() -> MountOptions {
+    MountOptions {
+        bytelog_grow: true,
+        ..opts()
+    }
+}
+
 /// Mounts a crash image and reads the file back.
 fn recover(image: Vec<u8>, ino: u64, len: usize) -> (Fs, Vec<u8>) {
     let dev = Arc::new(MemDevice::from_bytes(image));
@@ -132,7 +140,7 @@ fn a_block_changed_past_the_threshold_is_logged_whole() {
 
 #[test]
 fn fsync_commits_what_the_byte_log_cannot_take() {
-    let (_fault, fs, ino, _) = setup(opts(), 16 * BS);
+    let (_fault, fs, ino, _) = setup(grow(), 16 * BS);
     let c1 = fs.counters();
     // a truncate that frees blocks (the map shrank: records cannot free)
     fs.setattr(
@@ -184,7 +192,15 @@ fn appends_are_served_by_records_and_survive_a_power_cut() {
     // issue 43: an fsync after an append (new blocks) writes allocation, whole-block and
     // slot records, no transaction; a power cut keeps every acknowledged byte and the image
     // is clean (the bitmaps say the new blocks are used)
-    let (fault, fs, ino, mut model) = setup(opts(), 3 * BS + 100);
+    // by default an append's fsync commits
+    let (_f, fs, ino, _) = setup(opts(), 3 * BS + 100);
+    let c0 = fs.counters();
+    fs.write(ino, 3 * BS as u64 + 100, &[1; BS])
+        .expect("append");
+    fs.fsync(ino, false).expect("fsync");
+    let c = fs.counters().since(&c0);
+    assert_eq!((c.commits, c.bytelog_map_fsyncs), (1, 0), "{c:?}");
+    let (fault, fs, ino, mut model) = setup(grow(), 3 * BS + 100);
     let c0 = fs.counters();
     let mut rng = StdRng::seed_from_u64(43);
     for round in 0..20 {
@@ -213,7 +229,7 @@ fn appends_are_served_by_records_and_survive_a_power_cut() {
     assert_eq!(size, model.len() as u64);
     survives(&fault, ino, &model);
     // records a commit retired, then new ones for blocks placed after it
-    let (fault, fs, ino, mut model) = setup(opts(), BS + 10);
+    let (fault, fs, ino, mut model) = setup(grow(), BS + 10);
     let c1 = fs.counters();
     for round in 0..3u8 {
         fs.write(ino, model.len() as u64, &[round + 1; BS])

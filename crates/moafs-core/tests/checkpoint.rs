@@ -425,7 +425,7 @@ fn a_small_commit_too_large_for_the_journal_writes_its_data_first() {
     }
     let data = vec![7u8; 2 * 4096];
     fs.write(a, 0, &data).expect("write");
-    // (a sync: an fsync of `a` alone would be served by the byte log's records)
+    // (a sync: with `bytelog_grow` an fsync of `a` alone would be served by records)
     fs.sync().expect("sync");
     let c = fs.counters().since(&before);
     assert_eq!(c.journal_overflows, 1, "{c:?}");

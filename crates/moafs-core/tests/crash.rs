@@ -1044,6 +1044,10 @@ fn run(ctx: Ctx, ops: usize) -> (u64, moafs_core::fs::EngineCounters) {
                 // Half the seeds with commits logging small rewrites too (off by default):
                 // seeds 0, 1 of every four (with and without the tier), the others default.
                 bytelog_writeback: ctx.seed % 4 < 2,
+                // Half the seeds with fsyncs of grown maps by records (off by default):
+                // seeds 0 and 3 of every four (with and without the tier and write-back
+                // logging).
+                bytelog_grow: matches!(ctx.seed % 4, 0 | 3),
                 // A small cache for the small updates: few homeless blocks fit (a quarter of
                 // it), so commits also write them home (cleaning) while the workload runs.
                 cache_bytes: if ctx.name == "smallupdates" {

@@ -310,7 +310,7 @@ fn write_and_flush_errors_fail_every_later_fsync_and_keep_what_was_acknowledged(
                     0 => ((step * 37) % 8000, 100), // the byte log's kind
                     1 => ((step % 2) * 4096, 4096), // a whole block
                     // an append inside the last block (the byte log's attribute record)
-                    // or into new blocks (allocation and slot records)
+                    // or into new blocks (a commit)
                     2 => (cur.len(), if step % 8 == 2 { 700 } else { 5000 }),
                     _ => ((step * 131) % 8000, 2000), // across blocks
                 };
@@ -334,15 +334,12 @@ fn write_and_flush_errors_fail_every_later_fsync_and_keep_what_was_acknowledged(
                             "{what}: a write after the failure worked"
                         );
                     }
-                    Err(e) if failed_at.is_none() => {
-                        // a writer over the dirty threshold waits for a commit (`throttle`):
-                        // that commit met the fault (with appends served by the byte log's
-                        // records, the first commit may come from a write, not an fsync)
-                        assert_eq!(e.to_errno(), libc::EIO, "{what} step {step}: {e}");
-                        failed_at = Some(step);
-                    }
                     Err(e) => {
                         assert_eq!(e.to_errno(), libc::EROFS, "{what} step {step}: {e}");
+                        assert!(
+                            failed_at.is_some(),
+                            "{what}: a write refused before a failure"
+                        );
                     }
                 }
                 match fs.fsync(ino, step % 2 == 0) {

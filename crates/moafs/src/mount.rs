@@ -16,7 +16,8 @@ pub(crate) struct MountArgs {
     /// unlocked_reads=on|off (cache misses read with the engine lock released, default on),
     /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
     /// bytelog_threshold=SIZE (default 2048), bytelog_writeback=on|off (commits log small
-    /// rewrites too, default off), nvm=PATH (an NVM tier for small fsync batches:
+    /// rewrites too, default off), bytelog_grow=on|off (fsyncs of appends by allocation and
+    /// slot records, default off), nvm=PATH (an NVM tier for small fsync batches:
     /// an existing file on DAX storage or /dev/shm), nvm_model=optane|none (default optane),
     /// nvm_threshold=SIZE (batches under it go to the tier; default 2048),
     /// readahead=sizeaware|linux|off (how reads fetch ahead, paper 001; default sizeaware),
@@ -158,6 +159,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             "bytelog" => p.engine.bytelog = on_off(k, v)?,
             "unlocked_reads" => p.engine.unlocked_reads = on_off(k, v)?,
             "bytelog_writeback" => p.engine.bytelog_writeback = on_off(k, v)?,
+            "bytelog_grow" => p.engine.bytelog_grow = on_off(k, v)?,
             "readahead" => {
                 p.engine.readahead = v
                     .ok_or("readahead= takes sizeaware, linux or off")?

@@ -365,7 +365,7 @@ impl Inner {
         if !map_changing && same == *saved {
             return Ok(true);
         }
-        Ok(self.grown_map_fits(ino))
+        Ok(self.opts.bytelog_grow && self.grown_map_fits(ino))
     }
 
     /// Whether `u` changed units are too many for byte records (the block path takes them).
@@ -476,6 +476,11 @@ impl Inner {
         let mut records = Vec::new();
         let slot =
             !placing.is_empty() || self.inodes[&ino].ext.as_ref().is_some_and(|e| e.is_dirty());
+        if slot && self.epochs.commit_wanted() {
+            // a commit is about to run for another fsync: this one joins it, sharing its
+            // flushes, rather than serialising a batch of its own before it (`grown.rs`)
+            return Ok(None);
+        }
         if !placing.is_empty() {
             let whole = self.whole_block();
             for (idx, phys) in self.place_for_records(ino, placing, &mut records)? {

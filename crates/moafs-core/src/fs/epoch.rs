@@ -31,6 +31,9 @@ pub(crate) struct Epochs {
     avg_ns: u64,
     /// Who asked for the last fsync (`Fs::fsync_for`).
     last_sync_caller: Option<u64>,
+    /// Syncing threads that need a commit not yet started (they will run it or join it):
+    /// a byte-log batch for a grown map then leaves its fsyncs to that commit (`grown.rs`).
+    wanting: u32,
 }
 
 impl Default for Epochs {
@@ -44,6 +47,7 @@ impl Default for Epochs {
             last_start: now,
             avg_ns: 0,
             last_sync_caller: None,
+            wanting: 0,
         }
     }
 }
@@ -122,6 +126,21 @@ impl Epochs {
         let gathered = self.last_start.elapsed().as_nanos() as u64;
         (self.avg_ns >= MIN_BATCH_COMMIT_NS && self.avg_ns > gathered)
             .then(|| Duration::from_nanos(self.avg_ns - gathered).min(MAX_BATCH))
+    }
+
+    /// A syncing thread needs a commit that has not started (`want`), or no longer does.
+    pub(crate) fn want_commit(&mut self, want: bool) {
+        if want {
+            self.wanting += 1;
+        } else {
+            self.wanting = self.wanting.saturating_sub(1);
+        }
+    }
+
+    /// Whether some syncing thread needs a commit that has not started: an fsync that
+    /// could be served by records may as well join it.
+    pub(crate) fn commit_wanted(&self) -> bool {
+        self.wanting > 0
     }
 
     /// Part of `check_invariants`: `failed` is whether the file system failed (a commit

@@ -297,6 +297,13 @@ pub struct MountOptions {
     /// programs for random writes, `docs/BENCHMARKS.md`): a commit only keeps out of home the
     /// blocks whose every change an fsync already put in the device log (no new records).
     pub bytelog_writeback: bool,
+    /// An fsync of a file whose extent map only grew is served by allocation, whole-block
+    /// and slot records instead of a commit (`grown.rs`, issue 43). Off (the default:
+    /// measured, it saves no device request where a small commit is already one write and
+    /// one flush, and on Filebench varmail, whose creates still commit, its batches
+    /// serialise with those commits and the whole blocks fill the log: 0.9x the rate,
+    /// `docs/BENCHMARKS.md`).
+    pub bytelog_grow: bool,
     /// With an NVM tier (`Fs::mount_with_tier`): a batch smaller than this many bytes goes
     /// to the tier instead of the device log (the paper's TH_SCM, 2048).
     pub nvm_threshold: u32,
@@ -360,6 +367,7 @@ impl Default for MountOptions {
             convert_to_extents: false,
             bytelog_threshold: 2048,
             bytelog_writeback: false,
+            bytelog_grow: false,
             nvm_threshold: 2048,
             readahead: super::ReadaheadPolicy::SizeAware,
             readahead_max_kb: 256,
