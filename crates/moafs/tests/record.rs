@@ -327,6 +327,8 @@ struct Recorded {
     out: String,
     /// The daemon's log (info level).
     daemon_log: String,
+    /// Its `stats=` file, written at unmount.
+    stats: serde_json::Value,
 }
 
 /// Mounts a 32 MiB image with `record=` and `opts`, runs the rename-fsync workload (and fsx
@@ -338,7 +340,8 @@ fn recorded_run(opts: &str, with_fsx: bool, states: u64) -> Recorded {
     let mnt = tmp.path().join("mnt");
     let log = tmp.path().join("write.log");
     mkfs(&img, "32M");
-    let mut o = format!("record={}", p(&log));
+    let stats = tmp.path().join("stats.json");
+    let mut o = format!("record={},stats={}", p(&log), p(&stats));
     if !opts.is_empty() {
         o = format!("{o},{opts}");
     }
@@ -376,6 +379,8 @@ fn recorded_run(opts: &str, with_fsx: bool, states: u64) -> Recorded {
     assert!(!out.contains("no End record"), "{out}");
     Recorded {
         daemon_log: fs::read_to_string(&daemon_log).unwrap_or_default(),
+        stats: serde_json::from_str(&fs::read_to_string(&stats).unwrap_or_default())
+            .unwrap_or_default(),
         _tmp: tmp,
         log,
         out,
@@ -427,16 +432,24 @@ fn recorded_workload_passes_crashcheck_in_other_modes() {
         return;
     }
     // the other journal modes, and the engine without co-writing, the byte log or
-    // write-behind: other request orders for the same workload
+    // write-behind: other request orders for the same workload; and appends' fsyncs served
+    // by allocation and slot records (issue 43)
     for opts in [
         "journal=writeback",
         "journal=data",
         "cowrite=off,bytelog=off,write_behind=0",
+        "bytelog_grow=on",
     ] {
         // (more asked for than checked: intervals of one write, such as a byte-log
         // batch's, have few distinct cuts)
         let r = recorded_run(opts, false, 4500);
         assert!(states_checked(&r.out) >= 2500, "[{opts}] {}", r.out);
+        if opts == "bytelog_grow=on" {
+            let served = r.stats["engine"]["bytelog_map_fsyncs"]
+                .as_u64()
+                .unwrap_or(0);
+            assert!(served > 0, "no fsync served by slot records: {}", r.stats);
+        }
     }
 }
 
