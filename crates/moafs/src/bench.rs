@@ -421,12 +421,12 @@ fn reads_line(runs: &[moafs_bench::Run]) -> Option<String> {
 /// each phase's share of an average fsync, and how the fsyncs were served, as the mean over
 /// the runs.
 fn fsync_lines(runs: &[moafs_bench::Run]) -> Vec<String> {
-    let reports: Vec<&serde_json::Value> = runs
+    let engines: Vec<&serde_json::Value> = runs
         .iter()
         .filter_map(|r| r.engine.as_ref())
-        .map(|e| &e["fsync_phases"])
-        .filter(|f| f["fsyncs"].as_u64().unwrap_or(0) > 0)
+        .filter(|e| e["fsync_phases"]["fsyncs"].as_u64().unwrap_or(0) > 0)
         .collect();
+    let reports: Vec<&serde_json::Value> = engines.iter().map(|e| &e["fsync_phases"]).collect();
     if reports.is_empty() {
         return Vec::new();
     }
@@ -470,7 +470,16 @@ fn fsync_lines(runs: &[moafs_bench::Run]) -> Vec<String> {
             thousands(fsyncs),
             phases.join(" · ")
         ),
-        format!("  fsyncs served by: {}", paths.join(" · ")),
+        format!(
+            "  fsyncs served by: {}; {:.2} commits per fsync",
+            paths.join(" · "),
+            engines
+                .iter()
+                .map(|e| e["commits"].as_f64().unwrap_or(0.0))
+                .sum::<f64>()
+                / n
+                / fsyncs
+        ),
     ]
 }
 
