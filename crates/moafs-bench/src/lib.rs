@@ -80,6 +80,10 @@ pub const TARGETS: &[(&str, &str)] = &[
         "kernel ext4 on a loop device over a fresh image (managed)",
     ),
     (
+        "ext4-fc",
+        "kernel ext4 with fast commits (mkfs.ext4 -O fast_commit) on a loop device over a fresh image (managed)",
+    ),
+    (
         "xfs",
         "kernel XFS on a loop device over a fresh image (managed)",
     ),

@@ -23,6 +23,9 @@ pub enum Kind {
     Xfs,
     Btrfs,
     Fuse2fs,
+    /// Kernel ext4 made with fast commits (`mkfs.ext4 -O fast_commit`): an fsync writes the
+    /// file's own changes, not a whole jbd2 transaction (the anchor of issue 43).
+    Ext4Fc,
     /// The FUSE floor: ext4 on a loop device, passed through FUSE by `moafs passthrough`
     /// with moafs's transport and no engine.
     Passthrough,
@@ -36,6 +39,7 @@ impl Kind {
         Some(match s {
             "moafs" => Kind::Moafs,
             "ext4" => Kind::Ext4,
+            "ext4-fc" => Kind::Ext4Fc,
             "xfs" => Kind::Xfs,
             "btrfs" => Kind::Btrfs,
             "fuse2fs" => Kind::Fuse2fs,
@@ -49,6 +53,7 @@ impl Kind {
         match self {
             Kind::Moafs => "moafs",
             Kind::Ext4 => "ext4",
+            Kind::Ext4Fc => "ext4-fc",
             Kind::Xfs => "xfs",
             Kind::Btrfs => "btrfs",
             Kind::Fuse2fs => "fuse2fs",
@@ -61,6 +66,7 @@ impl Kind {
     fn mkfs(self) -> (&'static str, &'static [&'static str]) {
         match self {
             Kind::Ext4 | Kind::Fuse2fs | Kind::Passthrough => ("mkfs.ext4", &["-q", "-F"]),
+            Kind::Ext4Fc => ("mkfs.ext4", &["-q", "-F", "-O", "fast_commit"]),
             Kind::Xfs => ("mkfs.xfs", &["-q", "-f"]),
             Kind::Btrfs => ("mkfs.btrfs", &["-q", "-f"]),
             Kind::Moafs | Kind::Memfs => ("moafs", &[]),
@@ -370,7 +376,7 @@ impl Managed {
                 }
                 m.start = Some(BlockStat::of(&dev)?);
             }
-            Kind::Ext4 | Kind::Xfs | Kind::Btrfs => {
+            Kind::Ext4 | Kind::Ext4Fc | Kind::Xfs | Kind::Btrfs => {
                 let dev = m.loop_mount(o.kind, &m.mnt.clone())?;
                 m.start = Some(BlockStat::of(&dev)?);
             }
@@ -631,6 +637,22 @@ impl Drop for Managed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_parses_from_its_name_and_ext4_fc_asks_for_fast_commits() {
+        use Kind::*;
+        for k in [Moafs, Ext4, Ext4Fc, Xfs, Btrfs, Fuse2fs, Passthrough, Memfs] {
+            assert_eq!(Kind::parse(k.name()), Some(k));
+        }
+        assert_eq!(Kind::parse("ext4-fast"), None);
+        let (prog, args) = Ext4Fc.mkfs();
+        assert_eq!(prog, "mkfs.ext4");
+        assert!(
+            args.windows(2).any(|w| w == ["-O", "fast_commit"]),
+            "{args:?}"
+        );
+        assert!(!Ext4.mkfs().1.contains(&"fast_commit"));
+    }
 
     #[test]
     fn block_stat_reads_requests_sectors_and_flushes() {
