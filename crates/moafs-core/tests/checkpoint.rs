@@ -425,7 +425,8 @@ fn a_small_commit_too_large_for_the_journal_writes_its_data_first() {
     }
     let data = vec![7u8; 2 * 4096];
     fs.write(a, 0, &data).expect("write");
-    // (a sync: with `bytelog_grow` an fsync of `a` alone would be served by records)
+    // (a sync: with `-o bytelog_grow=on` an fsync of `a` alone would be served by records;
+    // by default it commits as the sync does)
     fs.sync().expect("sync");
     let c = fs.counters().since(&before);
     assert_eq!(c.journal_overflows, 1, "{c:?}");

@@ -178,11 +178,20 @@ fn the_stats_file_says_where_each_fsync_spent_its_time() {
     if uring {
         assert!(count("phases", "queue") >= fsyncs, "{f}");
     }
-    let engine_mean = f["phases"]["engine"]["mean_us"].as_f64().unwrap();
-    let plan_mean = f["phases"]["plan"]["per_fsync_us"].as_f64().unwrap();
+    // the engine's phases are parts of its time, never counted twice: their shares add up
+    // to no more than the whole (histograms round each value by at most 1 %)
+    let share = |p: &str| f["phases"][p]["per_fsync_us"].as_f64().unwrap_or(0.0);
+    let parts: f64 = [
+        "lock", "job", "batch", "wait", "plan", "write", "flush", "finish",
+    ]
+    .iter()
+    .map(|p| share(p))
+    .sum();
+    assert!(share("plan") > 0.0, "{f}");
     assert!(
-        plan_mean > 0.0 && plan_mean <= engine_mean * 1.05,
-        "a phase's share above the whole: {f}"
+        parts <= share("engine") * 1.03,
+        "the phases add up to more than the fsync: {parts} > {} µs: {f}",
+        share("engine")
     );
     assert_fsck_clean(&img);
 }

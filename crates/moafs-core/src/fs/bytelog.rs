@@ -141,6 +141,9 @@ pub(crate) struct ByteLog {
     /// may be in the log (`FEATURE_BYTELOG_WB`, `FEATURE_BYTELOG_MAP`); the last one at
     /// unmount does not.
     pub in_use: bool,
+    /// Fsyncs may write allocation and slot records (`-o bytelog_grow=on`): superblocks
+    /// written while mounted say so (`FEATURE_BYTELOG_MAP`).
+    pub maps: bool,
 }
 
 impl ByteLog {
@@ -158,6 +161,7 @@ impl ByteLog {
             pin: None,
             clean_next: false,
             in_use: false,
+            maps: false,
         })
     }
 
@@ -183,11 +187,16 @@ impl ByteLog {
                 self.recorded.clear();
             }
         }
-        let bits = crate::format::FEATURE_BYTELOG_WB | crate::format::FEATURE_BYTELOG_MAP;
+        let (wb, map) = (
+            crate::format::FEATURE_BYTELOG_WB,
+            crate::format::FEATURE_BYTELOG_MAP,
+        );
+        sb.features_incompat &= !(wb | map);
         if self.in_use {
-            sb.features_incompat |= bits;
-        } else {
-            sb.features_incompat &= !bits;
+            sb.features_incompat |= wb;
+        }
+        if self.in_use && self.maps {
+            sb.features_incompat |= map;
         }
         if let Some(t) = self.tier.as_mut() {
             sb.nvm_tail = t.ring.covered() * 8;
@@ -360,9 +369,7 @@ impl Inner {
             || n.ext
                 .as_ref()
                 .is_some_and(|e| e.is_dirty() || e.tree_promised() > 0);
-        let mut same = n.d.clone();
-        InodeAttrs::of(saved).apply(&mut same);
-        if !map_changing && same == *saved {
+        if !map_changing && n.d.same_but_attrs(saved, false) {
             return Ok(true);
         }
         Ok(self.opts.bytelog_grow && self.grown_map_fits(ino))

@@ -35,7 +35,7 @@
 
 use super::Inner;
 use crate::error::FsResult;
-use crate::format::bytelog::{InodeAttrs, Record, RecordBody};
+use crate::format::bytelog::{Record, RecordBody};
 use crate::format::extent::ExtNode;
 use crate::format::INODE_BYTES;
 
@@ -58,11 +58,8 @@ impl Inner {
         let Some(ExtNode::Leaf(old)) = &saved.extents else {
             return false;
         };
-        let mut same = n.d.clone();
-        InodeAttrs::of(saved).apply(&mut same);
-        (same.extents, same.blocks) = (saved.extents.clone(), saved.blocks);
         let placing = n.cache.reserved_count();
-        if same != *saved
+        if !n.d.same_but_attrs(saved, true)
             || placing > MAX_PLACED
             || !map.in_root_with(placing as usize)
             || !map.only_grew()

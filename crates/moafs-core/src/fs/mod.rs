@@ -305,6 +305,8 @@ impl Fs {
             });
             let g = t.time(FsyncPhase::Lock, || self.lock());
             if g.epochs.is_durable(epoch) || g.failed || g.opts.read_only {
+                // another thread's commit took this fsync's changes while it waited
+                waited = true;
                 continue;
             }
             led = true;

@@ -163,6 +163,7 @@ impl Fs {
             let active = inner.bytelog_active();
             if let Some(l) = inner.bytelog.as_mut() {
                 l.in_use = active;
+                l.maps = active && inner.opts.bytelog_grow;
             }
             if inner.journal.is_some() {
                 inner.sb.features_incompat |= crate::format::FEATURE_JOURNAL_COMPACT;

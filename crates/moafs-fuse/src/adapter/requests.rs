@@ -364,11 +364,14 @@ impl Filesystem for MoafsFuse {
         self.transport.note();
         // the caller's thread (the kernel's request header names it), for group commit
         let caller = u64::from(req.pid());
-        if let Some(at) = synctime::take_arrived() {
+        // an fsync that came over io_uring carries its arrival (and its reply's commit to the
+        // ring is timed by the thread that makes it); one from /dev/fuse does not
+        let arrived = synctime::take_arrived();
+        if let Some(at) = arrived {
             self.fs.note_fsync_phase(FsyncPhase::Queue, at.elapsed());
         }
         let r = self.fs.fsync_for(ino.0, datasync, caller);
-        if self.transport.uring_granted().load(Ordering::Relaxed) {
+        if arrived.is_some() {
             // the thread that commits the reply to the ring reports its time
             synctime::mark_served();
             Self::empty(reply, r);
