@@ -43,9 +43,9 @@ pub const FEATURE_JOURNAL_COMPACT: u64 = 32;
 /// Set in every version-3 image and in no older one.
 pub const FEATURE_EXTENTS: u64 = 64;
 /// `features_incompat`: the byte log may hold allocation and inode-slot records (kinds 5 and
-/// 6, FORMAT.md section 13: an fsync of a file whose block map grew), which a reader that
-/// does not know them would take for the end of the log. Set while mounted with the byte log
-/// in use, like [`FEATURE_BYTELOG_WB`]; a clean unmount clears it.
+/// 6, FORMAT.md section 13: an fsync of a file whose block map grew), which an older reader
+/// would refuse only once it met one. Set while mounted with the byte log in use and
+/// `bytelog_grow` on; a clean unmount clears it.
 pub const FEATURE_BYTELOG_MAP: u64 = 128;
 /// `features_compat` bit 0: some inode has carried the immutable or append-only flag
 /// (`fs/iflags.rs`), so a mount must check opens against inode flags. Compatible: a reader
