@@ -66,6 +66,10 @@ pub struct MountConfig {
     /// Over io_uring, threads that serve FSYNC, FSYNCDIR and SYNCFS while the queues go on
     /// (`sync_threads=`; 0: each queue's thread serves them itself). See `uring/pool.rs`.
     pub sync_threads: usize,
+    /// Over io_uring, the nice value a queue's thread takes, out of SCHED_IDLE, while callers
+    /// take turns changing directories (`queue_boost=N`, -20..19; `off`, the default: always
+    /// SCHED_IDLE). See `uring/boost.rs`.
+    pub queue_boost: Option<i32>,
     /// Enforce the immutable and append-only inode flags (`iflags`): OPEN is answered (and
     /// checked) instead of declined, at one request per open(2). Also on when the image
     /// says one of its inodes carried such a flag (`Fs::inode_flags_in_use`).
@@ -95,6 +99,7 @@ impl Default for MountConfig {
             writeback_cache: true,
             forget_pause: FORGET_PAUSE,
             sync_threads: SYNC_THREADS,
+            queue_boost: None,
             inode_flags: false,
         }
     }

@@ -243,6 +243,7 @@ pub fn serve<A: Adapter, G>(
                 payload: MAX_WRITE as usize,
                 stream_min: cfg.uring_stream_kb as usize * 1024,
                 sync_threads: cfg.sync_threads,
+                boost: cfg.queue_boost,
             },
         ))
     } else {
@@ -345,10 +346,12 @@ pub fn serve<A: Adapter, G>(
     let (forgets, forgotten) = transport.forgets();
     log::info!(
         "session on {} ended ({forgets} FORGET requests for {forgotten} inodes; over \
-         io_uring {} sync requests served by the sync pools, {} in the queues' threads)",
+         io_uring {} sync requests served by the sync pools, {} in the queues' threads; \
+         queue threads boosted {} times)",
         mountpoint.display(),
         sync_counts.pooled.load(Ordering::Relaxed),
         sync_counts.inline.load(Ordering::Relaxed),
+        sync_counts.boosts.load(Ordering::Relaxed),
     );
     res
 }

@@ -33,6 +33,7 @@ use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::Mutex;
 
+mod boost;
 mod pool;
 mod server;
 pub use pool::SyncCounts;
@@ -91,6 +92,9 @@ pub struct UringConfig {
     /// queue's thread goes on serving while they wait for a commit ([`pool`]); 0: no pool,
     /// the queue's thread serves them itself.
     pub sync_threads: usize,
+    /// Nice value of a queue's thread while callers take turns changing directories (it
+    /// leaves SCHED_IDLE meanwhile, `uring/boost.rs`); `None`: always SCHED_IDLE.
+    pub boost: Option<i32>,
 }
 
 /// Tells whether a READ of (inode, offset) continues a sequential stream of the file (`None`:

@@ -30,6 +30,7 @@ pub(crate) struct MountArgs {
     /// write() is a WRITE request at once, with no WRITE and SETATTR at close),
     /// forget_pause_ms=N (a FORGET waits N ms so that more come with it; default 0),
     /// sync_threads=N (over io_uring, threads serving fsync while the queues go on; default 4 per CPU queue, 0: none),
+    /// queue_boost=N|off (over io_uring, the nice value of a queue's thread while callers take turns changing directories; default off: always SCHED_IDLE),
     /// record=PATH (a write log of every device write, flush and fsync promise, for
     /// `moafs crashcheck PATH`; not with nvm= or ro),
     /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
@@ -273,6 +274,20 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             }
             "sync_threads" => {
                 p.fuse.sync_threads = num(k, v)?.min(64) as usize;
+            }
+            "queue_boost" => {
+                p.fuse.queue_boost = match v {
+                    Some("off") => None,
+                    Some(n) => match n.parse::<i32>() {
+                        Ok(n) if (-20..=19).contains(&n) => Some(n),
+                        _ => {
+                            return Err(format!(
+                                "queue_boost= takes a nice value -20..19 or off, not {n:?}"
+                            ))
+                        }
+                    },
+                    None => return Err("queue_boost= takes a nice value -20..19 or off".into()),
+                }
             }
             "forget_pause_ms" => {
                 p.fuse.forget_pause = Duration::from_millis(num(k, v)?.min(1000));
@@ -759,6 +774,14 @@ mod tests {
         let wt = parse_mount_options(&["writeback_cache=off".into()]).unwrap();
         assert!(!wt.fuse.writeback_cache && !wt.engine.kernel_times);
         assert!(parse_mount_options(&["writeback_cache=maybe".into()]).is_err());
+        let qb = |o: &str| parse_mount_options(&[o.into()]).map(|p| p.fuse.queue_boost);
+        assert_eq!(qb("rw"), Ok(None));
+        assert_eq!(qb("queue_boost=off"), Ok(None));
+        assert_eq!(qb("queue_boost=-20"), Ok(Some(-20)));
+        assert_eq!(qb("queue_boost=5"), Ok(Some(5)));
+        assert!(qb("queue_boost=-21").is_err());
+        assert!(qb("queue_boost=fast").is_err());
+        assert!(qb("queue_boost").is_err());
         let fp = parse_mount_options(&["forget_pause_ms=3".into()]).unwrap();
         assert_eq!(fp.fuse.forget_pause, Duration::from_millis(3));
         assert!(p.fuse.forget_pause.is_zero(), "no wait by default");

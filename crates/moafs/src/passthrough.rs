@@ -9,7 +9,7 @@ pub(crate) struct PassthroughArgs {
     #[arg(short = 'f')]
     pub(crate) foreground: bool,
     /// Comma-separated options, the transport's of `moafs mount` (same defaults): threads=,
-    /// attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, sync_threads=, writeback_cache=on|off,
+    /// attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, sync_threads=, queue_boost=, writeback_cache=on|off,
     /// read_ahead_kb=, bdi_strict=,
     /// allow_other, default_permissions, nodefault_permissions, ro, rw, the VFS options of
     /// mount(8) (noatime, …), log=PATH, pidfile=PATH. The engine's options are refused.
@@ -30,6 +30,7 @@ const TRANSPORT_OPTIONS: &[&str] = &[
     "writeback_cache",
     "forget_pause_ms",
     "sync_threads",
+    "queue_boost",
     "read_ahead_kb",
     "bdi_strict",
     "allow_other",

@@ -195,3 +195,62 @@ fn the_stats_file_says_where_each_fsync_spent_its_time() {
     );
     assert_fsck_clean(&img);
 }
+
+/// `threads` threads, each creating and removing files in one directory `rounds` times, on
+/// a fresh mount with `opts`; returns the times a queue thread left SCHED_IDLE and whether
+/// io_uring served.
+fn namespace_turns_with(threads: usize, rounds: usize, opts: &str) -> (u64, bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("img");
+    let log = tmp.path().join("log");
+    mkfs(&img, "64M");
+    let m = Mounted::logged(&img, &tmp.path().join("mnt"), opts, &log);
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let dir = m.dir.clone();
+            std::thread::spawn(move || {
+                for r in 0..rounds {
+                    let p = dir.join(format!("t{t}-{r}"));
+                    fs::write(&p, [t as u8; 100]).unwrap();
+                    if r % 2 == 0 {
+                        fs::remove_file(&p).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    for t in 0..threads {
+        for r in 0..rounds {
+            let p = m.dir.join(format!("t{t}-{r}"));
+            assert_eq!(fs::read(&p).ok(), (r % 2 == 1).then(|| vec![t as u8; 100]));
+        }
+    }
+    m.unmount();
+    assert_fsck_clean(&img);
+    let log = fs::read_to_string(&log).unwrap();
+    (
+        boosts_logged(&log),
+        log.contains("serving FUSE over io_uring"),
+    )
+}
+
+#[test]
+fn queue_threads_leave_sched_idle_only_when_callers_take_turns_and_asked_to() {
+    if !can_mount() {
+        return;
+    }
+    let (boosted, uring) = namespace_turns_with(4, 200, "queue_boost=-10");
+    if !uring {
+        eprintln!("no io_uring here: no queue threads to boost");
+        return;
+    }
+    eprintln!("4 threads creating and removing: queue threads boosted {boosted} times");
+    assert!(boosted > 0, "callers took turns changing one directory");
+    let (alone, _) = namespace_turns_with(1, 400, "queue_boost=-10");
+    assert_eq!(alone, 0, "one caller never boosts");
+    let (off, _) = namespace_turns_with(4, 200, "");
+    assert_eq!(off, 0, "off by default");
+}

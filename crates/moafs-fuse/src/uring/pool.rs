@@ -47,6 +47,8 @@ pub struct SyncCounts {
     pub pooled: AtomicU64,
     /// Served in the queue's own thread (a lone syncing thread, or no pool).
     pub inline: AtomicU64,
+    /// Not a sync request: times a queue's thread left SCHED_IDLE (`queue_boost`, `boost.rs`).
+    pub boosts: AtomicU64,
     /// Where the time of an fsync's reply is reported (`synctime.rs`), if anywhere.
     pub timer: Option<crate::synctime::SyncTimer>,
 }

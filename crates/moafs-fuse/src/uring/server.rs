@@ -3,6 +3,7 @@
 //! ([`Server`]), what serves a request in an entry ([`Servant`]), the hand-offs between
 //! threads ([`Inbox`]), and [`start`], which sets them all up.
 
+use super::boost::{self, Boost};
 use super::pool::{self, SyncCounts, SyncPool};
 use super::{
     Entry, EntrySink, OnFatal, StreamProbe, UringConfig, CMD_COMMIT_AND_FETCH, CMD_REGISTER,
@@ -237,6 +238,8 @@ struct Server<FS: Filesystem> {
     pool: Option<Arc<SyncPool>>,
     /// The thread that sent the last of those (`fuse_in_header.pid`).
     last_sync_caller: Option<u32>,
+    /// Leaves SCHED_IDLE while callers take turns changing directories (`boost.rs`).
+    boost: Boost,
     sync_counts: Arc<SyncCounts>,
     /// Where the armed eventfd read puts its 8 bytes; leaked, like the entries, because the
     /// kernel may complete the read after this thread is gone.
@@ -375,6 +378,21 @@ impl<FS: Filesystem> Server<FS> {
             )));
         };
         let mut entry = entry;
+        if let Some(nice) = self.boost.nice() {
+            let (op, caller) = (
+                Entry::u32_at(&entry.header, 4),
+                Entry::u32_at(&entry.header, PID_AT),
+            );
+            if let Some(s) = self.boost.note(op, caller, std::time::Instant::now()) {
+                if s == boost::Switch::Up {
+                    self.sync_counts.boosts.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Err(e) = boost::apply(s, nice) {
+                    log::info!("io_uring queue {}: {s:?} refused: {e}", self.qid);
+                    self.boost = Boost::new(None);
+                }
+            }
+        }
         if entry.waits_for_commit() {
             entry.arrived = Some(std::time::Instant::now());
             if let Some(pool) = &self.pool {
@@ -532,6 +550,7 @@ struct Plan<FS: Filesystem> {
     probe: Option<StreamProbe>,
     pool: Option<Arc<SyncPool>>,
     sync_counts: Arc<SyncCounts>,
+    boost: Option<i32>,
 }
 
 impl<FS: Filesystem> Plan<FS> {
@@ -544,7 +563,8 @@ impl<FS: Filesystem> Plan<FS> {
         // SCHED_IDLE for the stream helper too: at normal priority it starved the SCHED_IDLE
         // queue thread of the CPU it runs on, so small requests from that CPU took 3.7× as long
         // beside a stream (`scripts/bench-stream-mix.sh`; 1.65× with SCHED_IDLE).
-        if let Err(e) = sched_idle() {
+        let idle = sched_idle();
+        if let Err(e) = &idle {
             log::info!("io_uring queue {}: SCHED_IDLE refused: {e}", self.qid);
         }
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
@@ -571,6 +591,8 @@ impl<FS: Filesystem> Plan<FS> {
             peer: self.peer,
             pool: self.pool,
             last_sync_caller: None,
+            // (the stream helper serves READs only; without SCHED_IDLE nothing to leave)
+            boost: Boost::new(self.boost.filter(|_| !self.helper && idle.is_ok())),
             sync_counts: self.sync_counts,
             wake_buf: Box::leak(Box::new([0; 8])),
             live: self.live,
@@ -650,6 +672,7 @@ pub fn start<FS: Filesystem>(
             probe: probe.clone(),
             pool: pool.clone(),
             sync_counts: sync_counts.clone(),
+            boost: cfg.boost,
         };
         let mut plans = vec![(format!("moafs-uring-{qid}"), plan)];
         if let Some(helper_inbox) = helper_inbox {
@@ -669,6 +692,7 @@ pub fn start<FS: Filesystem>(
                 probe: probe.clone(),
                 pool: pool.clone(),
                 sync_counts: sync_counts.clone(),
+                boost: None,
             };
             plans.push((format!("moafs-stream-{qid}"), plan));
         }

@@ -316,6 +316,18 @@ impl Drop for Mounted {
 }
 
 /// `(pooled, inline, io_uring served)` from the daemon's log line at the end of its session.
+/// How many times the queue threads left SCHED_IDLE (`queue_boost`), from the same line.
+pub fn boosts_logged(log: &str) -> u64 {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("queue threads boosted"))
+        .unwrap_or_else(|| panic!("no end-of-session line in the log:\n{log}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|x| *x == "boosted").unwrap();
+    words[at + 1].parse().unwrap()
+}
+
 pub fn syncs_logged(log: &str) -> (u64, u64, bool) {
     let uring = log.contains("serving FUSE over io_uring");
     let Some(line) = log
