@@ -67,8 +67,8 @@ pub struct MountConfig {
     /// (`sync_threads=`; 0: each queue's thread serves them itself). See `uring/pool.rs`.
     pub sync_threads: usize,
     /// Over io_uring, the nice value a queue's thread takes, out of SCHED_IDLE, while callers
-    /// take turns changing directories (`queue_boost=N`, -20..19; `off`, the default: always
-    /// SCHED_IDLE). See `uring/boost.rs`.
+    /// take turns changing directories (`queue_boost=N`, -20..19, default [`QUEUE_BOOST`];
+    /// `off`: always SCHED_IDLE). See `uring/boost.rs`.
     pub queue_boost: Option<i32>,
     /// Enforce the immutable and append-only inode flags (`iflags`): OPEN is answered (and
     /// checked) instead of declined, at one request per open(2). Also on when the image
@@ -99,11 +99,15 @@ impl Default for MountConfig {
             writeback_cache: true,
             forget_pause: FORGET_PAUSE,
             sync_threads: SYNC_THREADS,
-            queue_boost: None,
+            queue_boost: Some(QUEUE_BOOST),
             inode_flags: false,
         }
     }
 }
+
+/// Default of [`MountConfig::queue_boost`]: nice -10 (varmail 1.17x against SCHED_IDLE
+/// throughout; nice 0 did not help it in one run: docs/BENCHMARKS.md, issue 43).
+pub const QUEUE_BOOST: i32 = -10;
 
 /// Default of [`MountConfig::sync_threads`].
 pub const SYNC_THREADS: usize = 4;

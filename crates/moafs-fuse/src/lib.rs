@@ -42,7 +42,8 @@ pub mod uring;
 pub use adapter::{MoafsFuse, DROP_CACHES_XATTR};
 pub use background::mount_atime_policy;
 pub use config::{
-    fuser_config, is_vfs_option, vfs_mount_option, MountConfig, UringMode, SYNC_THREADS,
+    fuser_config, is_vfs_option, vfs_mount_option, MountConfig, UringMode, QUEUE_BOOST,
+    SYNC_THREADS,
 };
 pub use convert::{file_attr, file_type, from_system_time, to_system_time};
 pub use serve::{mount_blocking, serve};

@@ -30,7 +30,7 @@ pub(crate) struct MountArgs {
     /// write() is a WRITE request at once, with no WRITE and SETATTR at close),
     /// forget_pause_ms=N (a FORGET waits N ms so that more come with it; default 0),
     /// sync_threads=N (over io_uring, threads serving fsync while the queues go on; default 4 per CPU queue, 0: none),
-    /// queue_boost=N|off (over io_uring, the nice value of a queue's thread while callers take turns changing directories; default off: always SCHED_IDLE),
+    /// queue_boost=N|off (over io_uring, the nice value of a queue's thread while callers take turns changing directories; default -10, off: always SCHED_IDLE),
     /// record=PATH (a write log of every device write, flush and fsync promise, for
     /// `moafs crashcheck PATH`; not with nvm= or ro),
     /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
@@ -775,7 +775,7 @@ mod tests {
         assert!(!wt.fuse.writeback_cache && !wt.engine.kernel_times);
         assert!(parse_mount_options(&["writeback_cache=maybe".into()]).is_err());
         let qb = |o: &str| parse_mount_options(&[o.into()]).map(|p| p.fuse.queue_boost);
-        assert_eq!(qb("rw"), Ok(None));
+        assert_eq!(qb("rw"), Ok(Some(moafs_fuse::QUEUE_BOOST)));
         assert_eq!(qb("queue_boost=off"), Ok(None));
         assert_eq!(qb("queue_boost=-20"), Ok(Some(-20)));
         assert_eq!(qb("queue_boost=5"), Ok(Some(5)));

@@ -13,9 +13,9 @@
 //! that. A single thread's work (PostMark, SQLite, one fsyncing writer) never switches: there
 //! a normal priority halved PostMark's rate (the caller woken on the other CPU each time).
 //!
-//! Off by default (`-o queue_boost=N` turns it on): varmail ran 1.06-1.25x as fast with it
-//! (fsyncs grouped: 0.31 commits per fsync against 0.58), but webproxy (100 threads, one
-//! directory, mostly reads) 0.89x.
+//! Measured against `queue_boost=off` (docs/BENCHMARKS.md, issue 43): varmail 1.17x on
+//! /dev/shm and 1.02-1.07x on a disk, its fsyncs grouping (0.27-0.31 commits per fsync
+//! against 0.42-0.58); webproxy (100 threads, one directory, mostly reads) 0.87-1.05x.
 
 use std::time::{Duration, Instant};
 
