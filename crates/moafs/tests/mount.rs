@@ -1610,3 +1610,49 @@ fn write_protected_device_mounts_read_only_and_norecovery() {
     let (code, out) = fsck(Path::new(&dev.0));
     assert_eq!(code, 0, "{out}");
 }
+
+/// A user's `umount` may be followed at once by a new mount on the same directory, while the
+/// old daemon still writes back and exits: that exit must leave the new mount alone. fuser's
+/// session, dropped at the end, unmounted "its" mount point again when it took the ended
+/// connection for a live one (vendor/fuser/PATCH.md): the new mount vanished. On a loop
+/// device (`fuseblk`, where `umount` waits for the daemon's DESTROY) as `moafs bench` mounts.
+#[test]
+fn a_new_mount_on_the_same_directory_survives_the_old_daemons_exit() {
+    if !can_mount() {
+        return;
+    }
+    let (tmp, dir, dev) = moafs_on_loop(256 << 20);
+    let img2 = tmp.path().join("img2");
+    mkfs(&img2, "64M");
+    let img = Path::new(&dev.0);
+    for round in 0..3 {
+        let first = Mounted::new(img, &dir, "");
+        // unsynced data: the old daemon has writing back to do after the kernel lets go
+        fs::write(first.dir.join(format!("big{round}")), vec![7u8; 8 << 20]).unwrap();
+        let old = first.unmount_with(&["umount"]);
+        let second = Mounted::new(&img2, &dir, "");
+        assert!(
+            wait_gone(old, Duration::from_secs(60)),
+            "old daemon still alive"
+        );
+        assert!(
+            is_mounted(&dir),
+            "round {round}: the old daemon's exit unmounted the new mount on {}",
+            dir.display()
+        );
+        assert!(
+            !dir.join("big0").exists(),
+            "the new mount shows the old image"
+        );
+        second.unmount();
+    }
+    // and the old image got its data
+    let third = Mounted::new(img, &dir, "");
+    for round in 0..3 {
+        assert_eq!(
+            fs::metadata(dir.join(format!("big{round}"))).unwrap().len(),
+            8 << 20
+        );
+    }
+    third.unmount();
+}

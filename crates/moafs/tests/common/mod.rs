@@ -315,8 +315,8 @@ impl Drop for Mounted {
     }
 }
 
-/// `(pooled, inline, io_uring served)` from the daemon's log line at the end of its session.
-/// How many times the queue threads left SCHED_IDLE (`queue_boost`), from the same line.
+/// How many times the queue threads left SCHED_IDLE (`queue_boost`), from the daemon's log
+/// line at the end of its session.
 pub fn boosts_logged(log: &str) -> u64 {
     let line = log
         .lines()
@@ -328,6 +328,7 @@ pub fn boosts_logged(log: &str) -> u64 {
     words[at + 1].parse().unwrap()
 }
 
+/// `(pooled, inline, io_uring served)` from the daemon's log line at the end of its session.
 pub fn syncs_logged(log: &str) -> (u64, u64, bool) {
     let uring = log.contains("serving FUSE over io_uring");
     let Some(line) = log

@@ -207,7 +207,11 @@ fn is_mounted(fuse_device: &DevFuse) -> bool {
         let res = poll(slice::from_mut(&mut poll_fd), PollTimeout::ZERO);
         break match res {
             Ok(0) => true,
-            Ok(1) => poll_fd
+            // moafs patch: POLLERR is the kernel's word that the connection has ended (the
+            // file system was unmounted): not mounted. Upstream read it the other way round, so
+            // a daemon dropping its session after `umount` unmounted whatever had been mounted
+            // on the same path since.
+            Ok(1) => !poll_fd
                 .revents()
                 .is_some_and(|r| r.contains(PollFlags::POLLERR)),
             Ok(_) => unreachable!(),
