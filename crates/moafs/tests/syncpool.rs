@@ -14,14 +14,21 @@ use std::sync::Arc;
 use std::thread::sleep;
 use std::time::Duration;
 
-/// `threads` threads, each writing its own file with an fsync after every 4 KiB, `rounds`
-/// times, on a fresh mount with the daemon's log at info level; returns the logged counts.
-fn fsyncs_with(threads: usize, rounds: u64, opts: &str) -> (u64, u64, bool) {
+/// A fresh 64 MiB image mounted with `opts` and the daemon's log at info level: (the
+/// temporary directory, the image, the log, the mount).
+fn logged_mount(opts: &str) -> (tempfile::TempDir, PathBuf, PathBuf, Mounted) {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("img");
     let log = tmp.path().join("log");
     mkfs(&img, "64M");
     let m = Mounted::logged(&img, &tmp.path().join("mnt"), opts, &log);
+    (tmp, img, log, m)
+}
+
+/// `threads` threads, each writing its own file with an fsync after every 4 KiB, `rounds`
+/// times, on a fresh mount with the daemon's log at info level; returns the logged counts.
+fn fsyncs_with(threads: usize, rounds: u64, opts: &str) -> (u64, u64, bool) {
+    let (_tmp, img, log, m) = logged_mount(opts);
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let path = m.dir.join(format!("f{t}"));
@@ -200,11 +207,7 @@ fn the_stats_file_says_where_each_fsync_spent_its_time() {
 /// a fresh mount with `opts`; returns the times a queue thread left SCHED_IDLE and whether
 /// io_uring served.
 fn namespace_turns_with(threads: usize, rounds: usize, opts: &str) -> (u64, bool) {
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("img");
-    let log = tmp.path().join("log");
-    mkfs(&img, "64M");
-    let m = Mounted::logged(&img, &tmp.path().join("mnt"), opts, &log);
+    let (_tmp, img, log, m) = logged_mount(opts);
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let dir = m.dir.clone();
