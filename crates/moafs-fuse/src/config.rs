@@ -105,8 +105,8 @@ impl Default for MountConfig {
     }
 }
 
-/// Default of [`MountConfig::queue_boost`]: nice -10 (varmail 1.17x against SCHED_IDLE
-/// throughout; nice 0 did not help it in one run: docs/BENCHMARKS.md, issue 43).
+/// Default of [`MountConfig::queue_boost`]: nice -10 (varmail 1.15x against SCHED_IDLE
+/// throughout; -20 no better; nice 0 did not help it in one run: docs/BENCHMARKS.md, issue 43).
 pub const QUEUE_BOOST: i32 = -10;
 
 /// Default of [`MountConfig::sync_threads`].

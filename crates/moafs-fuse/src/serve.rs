@@ -149,19 +149,9 @@ fn mark_io_flusher() {
 
 /// Aborts the FUSE connection of the mount at `mountpoint` through the fusectl file system
 /// (mounting it at /sys/fs/fuse/connections when it is not; root).
-fn abort_connection(mountpoint: &Path) -> io::Result<()> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let want = mountpoint.to_string_lossy();
-    let dev = info
-        .lines()
-        .rev() // the newest mount on that point
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            let mp = f.get(4)?.replace("\\040", " ");
-            (mp == want).then(|| f.get(2).map(|d| d.to_string()))?
-        })
-        .next()
-        .ok_or_else(|| io::Error::other("mount point not in /proc/self/mountinfo"))?;
+/// Returns the aborted connection's device (`major:minor`).
+fn abort_connection(mountpoint: &Path) -> io::Result<String> {
+    let dev = newest_mount_dev(mountpoint)?;
     let minor = dev
         .split(':')
         .nth(1)
@@ -177,7 +167,23 @@ fn abort_connection(mountpoint: &Path) -> io::Result<()> {
         )
         .map_err(io::Error::from)?;
     }
-    std::fs::write(conns.join(minor).join("abort"), "1")
+    std::fs::write(conns.join(minor).join("abort"), "1")?;
+    Ok(dev)
+}
+
+/// The device (`major:minor`) of the newest mount on `mountpoint` (/proc/self/mountinfo).
+fn newest_mount_dev(mountpoint: &Path) -> io::Result<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let want = mountpoint.to_string_lossy();
+    info.lines()
+        .rev() // the newest mount on that point
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let mp = f.get(4)?.replace("\\040", " ");
+            (mp == want).then(|| f.get(2).map(|d| d.to_string()))?
+        })
+        .next()
+        .ok_or_else(|| io::Error::other("mount point not in /proc/self/mountinfo"))
 }
 
 /// Mounts the adapter that `make` builds on `mountpoint`, calls `ready` once the mount is live,
@@ -294,8 +300,17 @@ pub fn serve<A: Adapter, G>(
     // the daemon exits as at unmount); unmount if that is not possible.
     let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
     let abort_mp = mountpoint.clone();
-    let on_fatal: uring::OnFatal = Arc::new(move || {
-        if let Err(e) = abort_connection(&abort_mp) {
+    let on_fatal: uring::OnFatal = Arc::new(move || match abort_connection(&abort_mp) {
+        Ok(dev) => {
+            // The aborted mount stays until unmounted (every access: ENOTCONN): detach it,
+            // but only if it is still the newest mount there — never one made since.
+            if newest_mount_dev(&abort_mp).is_ok_and(|d| d == dev) {
+                if let Err(e) = nix::mount::umount2(&abort_mp, nix::mount::MntFlags::MNT_DETACH) {
+                    log::error!("cannot detach {} after the abort: {e}", abort_mp.display());
+                }
+            }
+        }
+        Err(e) => {
             log::error!("cannot abort the FUSE connection: {e}; unmounting");
             let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
             if let Err(e) = u.unmount() {

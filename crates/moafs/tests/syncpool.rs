@@ -115,8 +115,8 @@ fn what_pooled_fsyncs_acknowledged_survives_a_kill() {
         .collect();
     sleep(Duration::from_millis(1500));
     kill(m.pid, Signal::SIGKILL).expect("signal the daemon");
-    let acked: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     stop.store(true, Ordering::Relaxed);
+    let acked: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     assert!(
         acked.iter().sum::<u64>() > 8,
         "the threads barely synced: {acked:?}"
@@ -205,13 +205,17 @@ fn the_stats_file_says_where_each_fsync_spent_its_time() {
 
 /// `threads` threads, each creating and removing files in one directory `rounds` times, on
 /// a fresh mount with `opts`; returns the times a queue thread left SCHED_IDLE and whether
-/// io_uring served.
+/// io_uring served. The threads share CPU 0, so their requests share its queue (a queue
+/// sees callers take turns only among its own: on many CPUs they might never meet).
 fn namespace_turns_with(threads: usize, rounds: usize, opts: &str) -> (u64, bool) {
     let (_tmp, img, log, m) = logged_mount(opts);
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let dir = m.dir.clone();
             std::thread::spawn(move || {
+                let mut cpu0 = nix::sched::CpuSet::new();
+                cpu0.set(0).unwrap();
+                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpu0).unwrap();
                 for r in 0..rounds {
                     let p = dir.join(format!("t{t}-{r}"));
                     fs::write(&p, [t as u8; 100]).unwrap();
@@ -321,8 +325,8 @@ fn what_varmail_threads_acknowledged_survives_a_kill() {
         .collect();
     sleep(Duration::from_millis(1500));
     kill(m.pid, Signal::SIGKILL).expect("signal the daemon");
-    let kept: Vec<Vec<(PathBuf, u64)>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     stop.store(true, Ordering::Relaxed);
+    let kept: Vec<Vec<(PathBuf, u64)>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let files: usize = kept.iter().map(Vec::len).sum();
     assert!(files >= 8, "the threads barely synced: {kept:?}");
     eprintln!("{files} files acknowledged and kept by 8 threads at the kill");

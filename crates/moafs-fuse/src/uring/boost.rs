@@ -13,9 +13,13 @@
 //! that. A single thread's work (PostMark, SQLite, one fsyncing writer) never switches: there
 //! a normal priority halved PostMark's rate (the caller woken on the other CPU each time).
 //!
-//! Measured against `queue_boost=off` (docs/BENCHMARKS.md, issue 43): varmail 1.17x on
+//! Measured against `queue_boost=off` (docs/BENCHMARKS.md, issue 43): varmail 1.15x on
 //! /dev/shm and 1.02-1.07x on a disk, its fsyncs grouping (0.27-0.31 commits per fsync
-//! against 0.42-0.58); webproxy (100 threads, one directory, mostly reads) 0.87-1.05x.
+//! against 0.42-0.58); webproxy (100 threads, one directory, mostly reads) 0.87-1.01x.
+//!
+//! Each queue keeps its own state, and a queue sees only the callers running on its CPU:
+//! callers take turns in its eyes when two of them share that CPU (certain on the 2-CPU
+//! machines measured; on many CPUs a few threads may never meet, and nothing switches).
 
 use std::time::{Duration, Instant};
 
@@ -57,6 +61,11 @@ impl Boost {
         }
     }
 
+    /// Going back to SCHED_IDLE was refused at `now`: still boosted, try again after [`HOLD`].
+    pub(super) fn down_refused(&mut self, now: Instant) {
+        self.until = Some(now + HOLD);
+    }
+
     /// The nice value while boosted.
     pub(super) fn nice(&self) -> Option<i32> {
         self.nice
@@ -87,8 +96,8 @@ impl Boost {
     }
 }
 
-/// Applies `s` to the calling thread: a normal priority of `nice` (0 when a negative one is
-/// not allowed), or SCHED_IDLE.
+/// Applies `s` to the calling thread: a normal priority of `nice` (the nice it had when that
+/// one is not allowed), or SCHED_IDLE.
 pub(super) fn apply(s: Switch, nice: i32) -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     let policy = match s {
@@ -104,7 +113,7 @@ pub(super) fn apply(s: Switch, nice: i32) -> std::io::Result<()> {
         // SAFETY: setpriority takes plain integers; `who` 0 is the calling thread on Linux.
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
             let e = std::io::Error::last_os_error();
-            log::debug!("queue boost: nice {nice} refused ({e}); nice 0");
+            log::debug!("queue boost: nice {nice} refused ({e}); the nice it had");
         }
     }
     Ok(())
@@ -147,6 +156,22 @@ mod tests {
                 3,
                 t2 + Duration::from_millis(6) + HOLD + Duration::from_millis(1)
             ),
+            Some(Switch::Down)
+        );
+    }
+
+    #[test]
+    fn a_refused_down_is_tried_again_after_a_hold() {
+        let mut b = Boost::new(Some(-10));
+        let t = Instant::now();
+        b.note(MKNOD, 1, t);
+        assert_eq!(b.note(MKNOD, 2, t), Some(Switch::Up));
+        let later = t + HOLD + Duration::from_millis(1);
+        assert_eq!(b.note(GETATTR, 2, later), Some(Switch::Down));
+        b.down_refused(later);
+        assert_eq!(b.note(GETATTR, 2, later + Duration::from_millis(1)), None);
+        assert_eq!(
+            b.note(GETATTR, 2, later + HOLD + Duration::from_millis(1)),
             Some(Switch::Down)
         );
     }

@@ -383,13 +383,26 @@ impl<FS: Filesystem> Server<FS> {
                 Entry::u32_at(&entry.header, 4),
                 Entry::u32_at(&entry.header, PID_AT),
             );
-            if let Some(s) = self.boost.note(op, caller, std::time::Instant::now()) {
-                if s == boost::Switch::Up {
-                    self.sync_counts.boosts.fetch_add(1, Ordering::Relaxed);
-                }
-                if let Err(e) = boost::apply(s, nice) {
-                    log::info!("io_uring queue {}: {s:?} refused: {e}", self.qid);
-                    self.boost = Boost::new(None);
+            let now = std::time::Instant::now();
+            if let Some(s) = self.boost.note(op, caller, now) {
+                match (boost::apply(s, nice), s) {
+                    (Ok(()), boost::Switch::Up) => {
+                        self.sync_counts.boosts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (Ok(()), boost::Switch::Down) => {}
+                    (Err(e), boost::Switch::Up) => {
+                        // still SCHED_IDLE (unprivileged: RLIMIT_NICE): no boost here
+                        log::info!("io_uring queue {}: cannot leave SCHED_IDLE: {e}", self.qid);
+                        self.boost = Boost::new(None);
+                    }
+                    (Err(e), boost::Switch::Down) => {
+                        // still boosted: try again after another hold
+                        log::warn!(
+                            "io_uring queue {}: back to SCHED_IDLE refused: {e}",
+                            self.qid
+                        );
+                        self.boost.down_refused(now);
+                    }
                 }
             }
         }
