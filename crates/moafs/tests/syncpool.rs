@@ -96,11 +96,12 @@ fn sync_until_gone(path: PathBuf, tag: u8, stop: Arc<AtomicBool>) -> u64 {
     acked
 }
 
-#[test]
-fn what_pooled_fsyncs_acknowledged_survives_a_kill() {
-    if !can_mount() {
-        return;
-    }
+/// Eight threads run `work(mount point, thread number, stop)` on a fresh 64 MiB mount until
+/// the daemon is SIGKILLed after 1.5 s: (the temporary directory, the image, the mount
+/// point, the dead mount, what each thread returned).
+fn killed_while<T: Send + 'static>(
+    work: fn(PathBuf, u8, Arc<AtomicBool>) -> T,
+) -> (tempfile::TempDir, PathBuf, PathBuf, Mounted, Vec<T>) {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("img");
     let mnt = tmp.path().join("mnt");
@@ -109,14 +110,24 @@ fn what_pooled_fsyncs_acknowledged_survives_a_kill() {
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..8u8)
         .map(|t| {
-            let (path, stop) = (mnt.join(format!("f{t}")), stop.clone());
-            std::thread::spawn(move || sync_until_gone(path, t * 31, stop))
+            let (dir, stop) = (mnt.clone(), stop.clone());
+            std::thread::spawn(move || work(dir, t, stop))
         })
         .collect();
     sleep(Duration::from_millis(1500));
     kill(m.pid, Signal::SIGKILL).expect("signal the daemon");
     stop.store(true, Ordering::Relaxed);
-    let acked: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let done = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    (tmp, img, mnt, m, done)
+}
+
+#[test]
+fn what_pooled_fsyncs_acknowledged_survives_a_kill() {
+    if !can_mount() {
+        return;
+    }
+    let (_tmp, img, mnt, m, acked) =
+        killed_while(|mnt, t, stop| sync_until_gone(mnt.join(format!("f{t}")), t * 31, stop));
     assert!(
         acked.iter().sum::<u64>() > 8,
         "the threads barely synced: {acked:?}"
@@ -311,22 +322,7 @@ fn what_varmail_threads_acknowledged_survives_a_kill() {
     if !can_mount() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let img = tmp.path().join("img");
-    let mnt = tmp.path().join("mnt");
-    mkfs(&img, "64M");
-    let m = Mounted::new(&img, &mnt, "");
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..8u8)
-        .map(|t| {
-            let (dir, stop) = (mnt.clone(), stop.clone());
-            std::thread::spawn(move || mail_until_gone(dir, t, stop))
-        })
-        .collect();
-    sleep(Duration::from_millis(1500));
-    kill(m.pid, Signal::SIGKILL).expect("signal the daemon");
-    stop.store(true, Ordering::Relaxed);
-    let kept: Vec<Vec<(PathBuf, u64)>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let (_tmp, img, _mnt, m, kept) = killed_while(mail_until_gone);
     let files: usize = kept.iter().map(Vec::len).sum();
     assert!(files >= 8, "the threads barely synced: {kept:?}");
     eprintln!("{files} files acknowledged and kept by 8 threads at the kill");
