@@ -443,16 +443,12 @@ fn fsync_lines(runs: &[moafs_bench::Run]) -> Vec<String> {
         .map(|f| f["fsyncs"].as_u64().unwrap_or(0) as f64)
         .sum::<f64>()
         / n;
-    const PHASES: [&str; 11] = [
-        "queue", "lock", "job", "batch", "wait", "plan", "write", "flush", "finish", "engine",
-        "reply",
-    ];
-    let phases: Vec<String> = PHASES
+    let phases: Vec<String> = moafs_core::fs::FSYNC_PHASES
         .iter()
         .filter(|p| mean("phases", p, "count") > 0.0)
         .map(|p| format!("{p} {:.1}", mean("phases", p, "per_fsync_us")))
         .collect();
-    let paths: Vec<String> = ["bytelog", "bytelog_shared", "commit", "joined", "clean"]
+    let paths: Vec<String> = moafs_core::fs::FSYNC_PATHS
         .iter()
         .filter(|p| mean("paths", p, "count") > 0.0)
         .map(|p| {

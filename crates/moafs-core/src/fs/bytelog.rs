@@ -325,6 +325,8 @@ pub(crate) struct FilePlan {
     data_bytes: u64,
     /// A slot record says the file's grown map (`grown.rs`).
     slot: bool,
+    /// Blocks this plan gave an address (`grown.rs`): counted only if the batch is written.
+    placed: u64,
 }
 
 /// fsyncs waiting for the byte log (`Inner::bytelog_waiting`) and what became of those a
@@ -488,10 +490,12 @@ impl Inner {
             // flushes, rather than serialising a batch of its own before it (`grown.rs`)
             return Ok(None);
         }
+        let mut placed = 0;
         if !placing.is_empty() {
             let whole = self.whole_block();
             for (idx, phys) in self.place_for_records(ino, placing, &mut records)? {
                 logs.push((idx, phys, whole, Some(whole), false));
+                placed += 1;
             }
         }
         let newly_logged = logs.iter().filter(|l| !l.4).count() as u64;
@@ -530,6 +534,7 @@ impl Inner {
             attrs,
             data_bytes,
             slot,
+            placed,
         }))
     }
     /// Plans one batch for the fsyncs `reqs` (request, inode) waiting for the byte log:
@@ -641,6 +646,7 @@ impl Inner {
             self.aging.make_due(f.ino);
             self.counters.bytelog_data_bytes += f.data_bytes;
             self.counters.bytelog_map_fsyncs += u64::from(f.slot);
+            self.counters.bytelog_placed_blocks += f.placed;
         }
         self.counters.bytelog_records += count;
         self.counters.bytelog_batches += 1;

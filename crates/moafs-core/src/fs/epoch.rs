@@ -31,9 +31,10 @@ pub(crate) struct Epochs {
     avg_ns: u64,
     /// Who asked for the last fsync (`Fs::fsync_for`).
     last_sync_caller: Option<u64>,
-    /// Syncing threads that need a commit not yet started (they will run it or join it):
-    /// a byte-log batch for a grown map then leaves its fsyncs to that commit (`grown.rs`).
-    wanting: u32,
+    /// The newest commit a syncing thread waits for (it will run it or join it): while it
+    /// has not started, a byte-log batch for a grown map leaves its fsyncs to that commit
+    /// (`grown.rs`).
+    wanted: u64,
 }
 
 impl Default for Epochs {
@@ -47,7 +48,7 @@ impl Default for Epochs {
             last_start: now,
             avg_ns: 0,
             last_sync_caller: None,
-            wanting: 0,
+            wanted: 0,
         }
     }
 }
@@ -128,19 +129,17 @@ impl Epochs {
             .then(|| Duration::from_nanos(self.avg_ns - gathered).min(MAX_BATCH))
     }
 
-    /// A syncing thread needs a commit that has not started (`want`), or no longer does.
-    pub(crate) fn want_commit(&mut self, want: bool) {
-        if want {
-            self.wanting += 1;
-        } else {
-            self.wanting = self.wanting.saturating_sub(1);
-        }
+    /// A syncing thread waits for commit `epoch` to run it or join it.
+    pub(crate) fn want_commit(&mut self, epoch: u64) {
+        self.wanted = self.wanted.max(epoch);
     }
 
-    /// Whether some syncing thread needs a commit that has not started: an fsync that
-    /// could be served by records may as well join it.
+    /// Whether some syncing thread waits for a commit that has not started: an fsync that
+    /// could be served by records may as well join it. (An epoch, not a count of waiting
+    /// threads: once the commit starts nobody waits for a future one, however long the
+    /// waiters take to wake.)
     pub(crate) fn commit_wanted(&self) -> bool {
-        self.wanting > 0
+        self.wanted > self.started
     }
 
     /// Part of `check_invariants`: `failed` is whether the file system failed (a commit
@@ -154,5 +153,26 @@ impl Epochs {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Epochs;
+
+    #[test]
+    fn a_wanted_commit_stops_being_wanted_once_it_starts() {
+        let mut e = Epochs::default();
+        assert!(!e.commit_wanted());
+        e.want_commit(1);
+        e.want_commit(1); // a second waiter for the same commit
+        assert!(e.commit_wanted());
+        e.commit_started(1);
+        // both waiters may still be asleep: nobody waits for a commit not yet started
+        assert!(!e.commit_wanted());
+        e.io_ended();
+        e.commit_durable(1);
+        e.want_commit(2);
+        assert!(e.commit_wanted());
     }
 }

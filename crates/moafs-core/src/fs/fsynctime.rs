@@ -53,7 +53,8 @@ pub enum FsyncPhase {
 }
 
 const PHASES: usize = 11;
-const PHASE_NAMES: [&str; PHASES] = [
+/// The phases' names in a report, in the order of [`FsyncPhase`].
+pub const PHASE_NAMES: [&str; PHASES] = [
     "queue", "lock", "job", "batch", "wait", "plan", "write", "flush", "finish", "engine", "reply",
 ];
 
@@ -79,7 +80,8 @@ pub(crate) enum FsyncPath {
 }
 
 const PATHS: usize = 5;
-const PATH_NAMES: [&str; PATHS] = ["bytelog", "bytelog_shared", "commit", "joined", "clean"];
+/// The paths' names in a report: each a way an fsync was served.
+pub const PATH_NAMES: [&str; PATHS] = ["bytelog", "bytelog_shared", "commit", "joined", "clean"];
 
 /// The phases of one fsync, added up as it goes.
 #[derive(Debug)]

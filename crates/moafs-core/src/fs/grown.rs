@@ -119,7 +119,6 @@ impl Inner {
             });
             k += n;
         }
-        self.counters.bytelog_placed_blocks += placed.len() as u64;
         Ok(placed.into_iter().map(|(p, l, _)| (l, p)).collect())
     }
 

@@ -57,7 +57,9 @@ mod readahead;
 mod shutdown;
 mod space;
 mod trim;
-pub use fsynctime::{FsyncPhase, FsyncReport};
+pub use fsynctime::{
+    FsyncPhase, FsyncReport, PATH_NAMES as FSYNC_PATHS, PHASE_NAMES as FSYNC_PHASES,
+};
 pub use readahead::{Readahead, ReadaheadPolicy};
 pub use shutdown::ShutdownFlush;
 
@@ -249,14 +251,11 @@ impl Fs {
     /// [`Fs::wait_durable`]; `batch`: before running a commit itself, wait for other
     /// syncing threads to join it (`Epochs::batch_wait`). `t` adds up the phases.
     fn wait_durable_batched(&self, epoch: u64, mut batch: bool, t: &mut Trace) -> FsResult<()> {
-        let (mut led, mut waited, mut wanting) = (false, false, false);
+        let (mut led, mut waited) = (false, false);
         loop {
             let mut g = t.time(FsyncPhase::Lock, || self.lock());
             loop {
                 if g.opts.read_only || g.epochs.is_durable(epoch) {
-                    if wanting {
-                        g.epochs.want_commit(false);
-                    }
                     if !led {
                         g.counters.commits_skipped += 1;
                     }
@@ -268,9 +267,6 @@ impl Fs {
                     return Ok(());
                 }
                 if g.failed {
-                    if wanting {
-                        g.epochs.want_commit(false);
-                    }
                     // not durable, and never will be: every fsync says so
                     return Err(FsError::Failed);
                 }
@@ -284,12 +280,8 @@ impl Fs {
                     self.done.wait(g).unwrap_or_else(|e| e.into_inner())
                 });
             }
-            if !wanting {
-                // this thread runs the next commit or joins it (and a commit that starts
-                // meanwhile may cover it: then it no longer wants one, above)
-                wanting = true;
-                g.epochs.want_commit(true);
-            }
+            // this thread runs the next commit or joins it
+            g.epochs.want_commit(epoch);
             // as jbd2: the changes waiting for this commit have gathered since the last one
             // started; wait until that is about one commit's time
             // (not when commits are quicker than waking a thread: nobody could join)
@@ -310,10 +302,7 @@ impl Fs {
                 continue;
             }
             led = true;
-            if let Err(e) = self.run_commit(g, job, t) {
-                self.lock().epochs.want_commit(false);
-                return Err(e);
-            }
+            self.run_commit(g, job, t)?;
         }
     }
 
