@@ -18,6 +18,7 @@ pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fsck;
+pub mod memory;
 pub mod mkfs;
 pub mod recovery;
 pub mod units;

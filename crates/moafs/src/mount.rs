@@ -108,6 +108,9 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             kernel_lookups: true,
             // writeback cache: the kernel owns mtime/ctime of written files
             kernel_times: true,
+            // budgets from the machine's memory, unless given (issue 44)
+            cache_follows_memory: true,
+            dirty_follows_memory: true,
             ..MountOptions::default()
         },
         fuse: MountConfig::default(),
@@ -153,8 +156,14 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             None => (opt, None),
         };
         match k {
-            "cache_size" => p.engine.cache_bytes = size(k, v)?,
-            "dirty_max" => p.engine.dirty_bytes_max = size(k, v)?,
+            "cache_size" => {
+                p.engine.cache_bytes = size(k, v)?;
+                p.engine.cache_follows_memory = false;
+            }
+            "dirty_max" => {
+                p.engine.dirty_bytes_max = size(k, v)?;
+                p.engine.dirty_follows_memory = false;
+            }
             "write_behind" => p.engine.write_behind_bytes = size(k, v)?,
             "cowrite" => p.engine.cowrite = on_off(k, v)?,
             "bytelog" => p.engine.bytelog = on_off(k, v)?,
@@ -482,6 +491,12 @@ pub(crate) fn write_stats(path: &Path, fs: &Fs) {
         "engine": e,
         "device": fs.device_counters(),
         "nvm": fs.tier_counters(),
+        // the cache's and its dirty data's budgets at the end (`budget.rs`)
+        "budget": {
+            "cache_bytes": fs.budgets().0,
+            "dirty_bytes": fs.budgets().1,
+            "follow_memory": [fs.options().cache_follows_memory, fs.options().dirty_follows_memory],
+        },
         // device bytes the engine wrote, by what they were for
         "bytes_by_class": {
             "data_home": e.data_blocks_written * bs,
@@ -782,6 +797,15 @@ mod tests {
         assert!(qb("queue_boost=-21").is_err());
         assert!(qb("queue_boost=fast").is_err());
         assert!(qb("queue_boost").is_err());
+        // budgets follow memory unless given, each on its own
+        let follow = |o: &str| {
+            let e = parse_mount_options(&[o.into()]).unwrap().engine;
+            (e.cache_follows_memory, e.dirty_follows_memory)
+        };
+        assert_eq!(follow("rw"), (true, true));
+        assert_eq!(follow("cache_size=64M"), (false, true));
+        assert_eq!(follow("dirty_max=8M"), (true, false));
+        assert_eq!(follow("cache_size=1G,dirty_max=8M"), (false, false));
         let fp = parse_mount_options(&["forget_pause_ms=3".into()]).unwrap();
         assert_eq!(fp.fuse.forget_pause, Duration::from_millis(3));
         assert!(p.fuse.forget_pause.is_zero(), "no wait by default");

@@ -40,6 +40,12 @@ impl Fs {
     pub fn options(&self) -> MountOptions {
         self.lock().opts.clone()
     }
+    /// The cache's and its dirty data's budgets now, bytes (they follow memory unless
+    /// pinned: `MountOptions::cache_follows_memory`).
+    pub fn budgets(&self) -> (u64, u64) {
+        let g = self.lock();
+        (g.budget.cache_bytes(), g.budget.dirty_bytes())
+    }
     /// Checks the engine's bookkeeping against the state it summarises (cache, dirty and
     /// reservation counts, the sets the next commit visits, epochs, group free counts):
     /// the first disagreement, described. For tests; costs a walk of everything in memory.
@@ -463,24 +469,40 @@ impl Fs {
         g.forget_all_idle_inodes();
         Ok(n)
     }
-    /// Periodic work: write back when the flush interval has passed, or only write home the
-    /// journaled blocks whose checkpoint is due (a commit that runs does that too). Returns
-    /// whether it did either.
+    /// Periodic work: budgets that follow memory look at it again (`budget.rs`: the cache
+    /// evicts down to a smaller one); write back when the flush interval has passed or dirty
+    /// data is over its budget, or only write home the journaled blocks whose checkpoint is
+    /// due (a commit that runs does that too). Returns whether it wrote.
     pub fn tick(&self) -> FsResult<bool> {
         if self.is_shut_down() {
             return Ok(false);
         }
+        let now = std::time::Instant::now();
+        if self.lock().budget.due(now) {
+            // (the files are read with the engine lock released)
+            let room = crate::memory::available();
+            let mut g = self.lock();
+            if let Some(room) = room {
+                let held = g.book.cached() + g.spare.len() as u64;
+                let holding = held * g.bs() as u64;
+                g.budget.follow(room, holding, now);
+                g.after_dirtying()?;
+            }
+        }
         let due = |g: &Inner| {
             !g.unmounted
                 && !g.opts.read_only
-                && g.epochs.since_last_commit().as_millis() >= g.opts.flush_interval_ms as u128
+                && (g.epochs.since_last_commit().as_millis() >= g.opts.flush_interval_ms as u128
+                    || g.over_dirty_max())
         };
+        // (over its budget, dirty data is work even while young: `aging.rs`)
+        let work = |g: &Inner| g.over_dirty_max() || g.timer_has_work();
         {
             let mut g = self.lock();
             if g.epochs.writing() || g.unmounted || g.opts.read_only {
                 return Ok(false);
             }
-            if !due(&g) || !g.timer_has_work() {
+            if !due(&g) || !work(&g) {
                 if due(&g) {
                     g.epochs.nothing_to_write();
                 }
@@ -494,7 +516,7 @@ impl Fs {
         }
         let job = self.commit_mx.lock().unwrap_or_else(|e| e.into_inner());
         let mut g = self.lock();
-        if !due(&g) || !g.timer_has_work() {
+        if !due(&g) || !work(&g) {
             return Ok(false);
         }
         g.aging.timer_commit();

@@ -97,7 +97,7 @@ impl Inner {
         files.dedup();
         // Young data (`aging.rs`) is left in memory until dirty data passes half its bound:
         // the kernel's background write-back threshold below the one writers wait at.
-        let background = self.book.dirty() * bs > self.opts.dirty_bytes_max / 2;
+        let background = self.book.dirty() * bs > self.budget.dirty_bytes() / 2;
         let now = std::time::Instant::now();
         for ino in files {
             let Some(node) = self.inodes.get(&ino) else {

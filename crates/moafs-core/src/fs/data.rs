@@ -212,7 +212,7 @@ impl Inner {
     /// is `Fs`'s: writers above it wait for a commit, `over_dirty_max`).
     pub(crate) fn after_dirtying(&mut self) -> FsResult<()> {
         let bs = self.bs() as u64;
-        if self.book.cached() * bs > self.opts.cache_bytes {
+        if self.book.cached() * bs > self.budget.cache_bytes() {
             self.evict();
         }
         Ok(())
@@ -228,12 +228,12 @@ impl Inner {
         self.after_dirtying()
     }
 
-    /// More dirty data than `dirty_bytes_max` — or, with `journal=data`, than the
+    /// More dirty data than its budget (`budget.rs`) — or, with `journal=data`, than the
     /// transaction's data share of the journal (a quarter), which every overwrite must fit
     /// in (`write_runs`): the writer waits for a commit.
     pub(crate) fn over_dirty_max(&self) -> bool {
         let dirty = self.book.dirty();
-        if dirty * self.bs() as u64 > self.opts.dirty_bytes_max {
+        if dirty * self.bs() as u64 > self.budget.dirty_bytes() {
             return true;
         }
         match (&self.journal, self.opts.journal) {
@@ -245,7 +245,7 @@ impl Inner {
     /// Drops the least recently used clean blocks until the cache is at 3/4 of its bound.
     pub(crate) fn evict(&mut self) {
         let bs = self.bs() as u64;
-        let target = self.opts.cache_bytes / bs * 3 / 4;
+        let target = self.budget.cache_bytes() / bs * 3 / 4;
         if self.book.cached() <= target || self.epochs.writing() {
             // while a commit writes, clean blocks may hold bytes not yet on the device
             return;
@@ -263,7 +263,7 @@ impl Inner {
         // Recycled buffers count against the bound too: the cache and its spares together
         // stay within `cache_bytes` (a reader's evictions would otherwise park a quarter of
         // the cache in spares on top of it).
-        let room = (self.opts.cache_bytes / bs).saturating_sub(self.book.cached()) as usize;
+        let room = (self.budget.cache_bytes() / bs).saturating_sub(self.book.cached()) as usize;
         self.spare.shrink_to(room);
     }
 

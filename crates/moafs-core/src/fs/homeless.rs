@@ -75,7 +75,7 @@ impl Inner {
             return Ok(None);
         }
         let bs = self.bs() as u64;
-        let cap = (self.opts.cache_bytes / bs / 4).min(self.logged_share());
+        let cap = (self.budget.cache_bytes() / bs / 4).min(self.logged_share());
         let log = self.bytelog.as_ref().expect("active");
         if log.clean_next || log.used() * 2 > log.ring.units || self.book.homeless_count() >= cap {
             self.clean_homeless();

@@ -33,6 +33,7 @@ mod alloc;
 mod api;
 mod attrs;
 mod behind;
+mod budget;
 mod bytelog;
 mod cache;
 mod checkpoint;
@@ -138,6 +139,8 @@ pub(crate) struct Inner {
     behind: behind::Behind,
     /// Buffers of blocks that left the cache, kept for new contents (`data.rs`).
     spare: data::Spares,
+    /// The cache's and its dirty data's memory budgets (`budget.rs`).
+    budget: budget::Budget,
 }
 
 /// A key of the calling thread for [`Fs::fsync_for`], unlike any process id (bit 63 set).

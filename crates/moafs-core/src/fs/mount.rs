@@ -92,7 +92,14 @@ impl Fs {
         let dev: Arc<dyn BlockDevice> = fence.clone();
         let (ckpt, dev) =
             checkpoint::Checkpoints::new(dev, geo.block_size, opts.checkpoint_interval_ms);
-        let opts_cache_blocks = opts.cache_bytes / geo.block_size as u64;
+        let mut budget = super::budget::Budget::new(&opts);
+        let now = std::time::Instant::now();
+        if budget.due(now) {
+            if let Some(room) = crate::memory::available() {
+                budget.follow(room, 0, now);
+            }
+        }
+        let opts_cache_blocks = budget.cache_bytes() / geo.block_size as u64;
         let mut inner = Inner {
             dev,
             sb: sb.clone(),
@@ -144,6 +151,7 @@ impl Fs {
             ind_dirty: Vec::new(),
             behind: Default::default(),
             spare: super::data::Spares::new((opts_cache_blocks / 4) as usize),
+            budget,
         };
         inner.rearm_write_behind();
         let unclean = inner.sb.state != STATE_CLEAN;

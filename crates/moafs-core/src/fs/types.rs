@@ -231,6 +231,11 @@ pub struct MountOptions {
     pub cache_bytes: u64,
     /// Dirty data above this is written back at once.
     pub dirty_bytes_max: u64,
+    /// `cache_bytes` is where the cache's budget starts: it follows the memory the machine
+    /// (or the process's memory cgroup) has, grows and shrinks with it (`budget.rs`).
+    pub cache_follows_memory: bool,
+    /// Likewise `dirty_bytes_max`.
+    pub dirty_follows_memory: bool,
     /// Period of the write-back timer (the adapter calls `Fs::tick`).
     pub flush_interval_ms: u64,
     /// File data dirtied less than this long ago stays in memory at the write-back timer's
@@ -349,6 +354,8 @@ impl Default for MountOptions {
         MountOptions {
             cache_bytes: 256 << 20,
             dirty_bytes_max: 64 << 20,
+            cache_follows_memory: false,
+            dirty_follows_memory: false,
             flush_interval_ms: 5000,
             dirty_expire_ms: 30_000,
             unlocked_reads: true,
