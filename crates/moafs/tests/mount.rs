@@ -371,7 +371,9 @@ fn write_behind_writes_large_files_between_commits() {
     let stats = tmp.path().join("stats.json");
     mkfs(&img, "256M");
     let data = pattern(48 << 20, 9);
-    let opts = format!("stats={}", p(&stats));
+    // (a dirty budget of 64 MiB: write-behind takes young files once dirty data passes half
+    // of it; with the budget following a large machine's memory they stay in memory)
+    let opts = format!("stats={},dirty_max=64M", p(&stats));
     // The daemon lifts FUSE's strict per-mount dirty limit (bdi_strict=1 keeps it), from a
     // thread shortly after mounting, before it raises max_ratio to 20 (the kernel's is 1).
     let expect_strict = |want: &str| {
@@ -1459,10 +1461,19 @@ fn fstrim_discards_free_blocks_on_block_devices_and_images() {
         let full = allocated(backing);
         assert!(full >= 40 << 20, "{target}: {full}");
         fs::remove_file(mnt.join("big")).unwrap();
-        let out = Command::new("fstrim").arg("-v").arg(&mnt).output().unwrap();
-        assert!(out.status.success(), "{target}: {}", text(&out.stderr));
-        let said = text(&out.stdout);
-        let after = allocated(backing);
+        // The kernel sends the closed file's RELEASE on its own time (late when the machine
+        // is busy): until it arrives the unlinked file is open, its blocks in use, and a trim
+        // finds them busy. So trim again, a few times, until they are freed.
+        let t0 = Instant::now();
+        let (said, after) = loop {
+            let out = Command::new("fstrim").arg("-v").arg(&mnt).output().unwrap();
+            assert!(out.status.success(), "{target}: {}", text(&out.stderr));
+            let after = allocated(backing);
+            if after + (36 << 20) <= full || t0.elapsed() > Duration::from_secs(5) {
+                break (text(&out.stdout), after);
+            }
+            sleep(Duration::from_millis(100));
+        };
         assert!(
             after + (36 << 20) <= full,
             "{target}: {full} bytes allocated before, {after} after fstrim ({said})"
