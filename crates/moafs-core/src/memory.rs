@@ -43,8 +43,10 @@ struct Files {
     mount: &'static str,
     limits: &'static [&'static str],
     usage: &'static str,
-    /// The `memory.stat` field of its file cache (reclaimable).
+    /// The `memory.stat` fields of its file cache and, within it, of shared memory (tmpfs,
+    /// /dev/shm: not reclaimable without swap).
     cache: &'static str,
+    shmem: &'static str,
 }
 
 const V2: Files = Files {
@@ -52,6 +54,7 @@ const V2: Files = Files {
     limits: &["memory.max", "memory.high"],
     usage: "memory.current",
     cache: "file",
+    shmem: "shmem",
 };
 
 const V1: Files = Files {
@@ -59,6 +62,7 @@ const V1: Files = Files {
     limits: &["memory.limit_in_bytes"],
     usage: "memory.usage_in_bytes",
     cache: "total_cache",
+    shmem: "total_shmem",
 };
 
 /// The memory cgroup of a `/proc/self/cgroup` text: the v1 memory controller's line if
@@ -78,7 +82,7 @@ fn cgroup_path(text: &str) -> Option<(&'static Files, PathBuf)> {
 
 /// What is left below the tightest limit of `rel`'s cgroup and its ancestors under `root`:
 /// per level with a limit, the limit less what the group uses but cannot give back (its
-/// `memory.current` less its file cache). `None` when no level has a limit.
+/// usage less its file cache, shared memory not counted as cache). `None` when no level has a limit.
 fn cgroup_room(root: &Path, rel: &Path, files: &Files) -> Option<u64> {
     let mut room: Option<u64> = None;
     let mut dir = Some(rel);
@@ -91,10 +95,10 @@ fn cgroup_room(root: &Path, rel: &Path, files: &Files) -> Option<u64> {
             .min();
         if let Some(limit) = limit {
             let current = read_u64(&at.join(files.usage)).unwrap_or(0);
-            let file = std::fs::read_to_string(at.join("memory.stat"))
-                .ok()
-                .and_then(|s| stat_field(&s, files.cache))
-                .unwrap_or(0);
+            let stat = std::fs::read_to_string(at.join("memory.stat")).unwrap_or_default();
+            let file = stat_field(&stat, files.cache)
+                .unwrap_or(0)
+                .saturating_sub(stat_field(&stat, files.shmem).unwrap_or(0));
             let left = limit.saturating_sub(current.saturating_sub(file));
             room = Some(room.map_or(left, |r| r.min(left)));
         }
@@ -216,5 +220,13 @@ mod tests {
             &format!("cache 1\ntotal_cache {}\n", 300u64 << 20),
         );
         assert_eq!(available_in(&proc_root, &cg), Some(412 << 20));
+        // 100 MiB of that cache is tmpfs: not reclaimable
+        let stat = format!(
+            "total_cache {}\ntotal_shmem {}\n",
+            300u64 << 20,
+            100u64 << 20
+        );
+        write(&m.join("api/x/memory.stat"), &stat);
+        assert_eq!(available_in(&proc_root, &cg), Some(312 << 20));
     }
 }

@@ -147,11 +147,9 @@ fn mark_io_flusher() {
     }
 }
 
-/// Aborts the FUSE connection of the mount at `mountpoint` through the fusectl file system
-/// (mounting it at /sys/fs/fuse/connections when it is not; root).
-/// Returns the aborted connection's device (`major:minor`).
-fn abort_connection(mountpoint: &Path) -> io::Result<String> {
-    let dev = newest_mount_dev(mountpoint)?;
+/// Aborts the FUSE connection of this daemon's mount, device `dev` (`major:minor`), through
+/// the fusectl file system (mounting it at /sys/fs/fuse/connections when it is not; root).
+fn abort_connection(dev: &str) -> io::Result<()> {
     let minor = dev
         .split(':')
         .nth(1)
@@ -167,8 +165,40 @@ fn abort_connection(mountpoint: &Path) -> io::Result<String> {
         )
         .map_err(io::Error::from)?;
     }
-    std::fs::write(conns.join(minor).join("abort"), "1")?;
-    Ok(dev)
+    std::fs::write(conns.join(minor).join("abort"), "1")
+}
+
+/// Detaches the aborted mount at `mountpoint` (every access to it says ENOTCONN until it is
+/// unmounted), unless a newer mount than ours (`dev`) is there now. Unprivileged,
+/// `fusermount3 -u -z` does it.
+fn detach_aborted(mountpoint: &Path, dev: &str) {
+    if !newest_mount_dev(mountpoint).is_ok_and(|d| d == dev) {
+        log::info!(
+            "{}: not detached, another mount is there now",
+            mountpoint.display()
+        );
+        return;
+    }
+    match nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EPERM) => {
+            let r = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(mountpoint)
+                .status();
+            if !r.as_ref().is_ok_and(|s| s.success()) {
+                log::error!(
+                    "cannot detach {} after the abort: {r:?}",
+                    mountpoint.display()
+                );
+            }
+        }
+        Err(e) => log::error!(
+            "cannot detach {} after the abort: {e}",
+            mountpoint.display()
+        ),
+    }
 }
 
 /// The device (`major:minor`) of the newest mount on `mountpoint` (/proc/self/mountinfo).
@@ -300,21 +330,26 @@ pub fn serve<A: Adapter, G>(
     // the daemon exits as at unmount); unmount if that is not possible.
     let unmounter = Arc::new(Mutex::new(session.unmount_callable()));
     let abort_mp = mountpoint.clone();
-    let on_fatal: uring::OnFatal = Arc::new(move || match abort_connection(&abort_mp) {
-        Ok(dev) => {
-            // The aborted mount stays until unmounted (every access: ENOTCONN): detach it,
-            // but only if it is still the newest mount there — never one made since.
-            if newest_mount_dev(&abort_mp).is_ok_and(|d| d == dev) {
-                if let Err(e) = nix::mount::umount2(&abort_mp, nix::mount::MntFlags::MNT_DETACH) {
-                    log::error!("cannot detach {} after the abort: {e}", abort_mp.display());
-                }
-            }
+    // Our own mount's device, taken now: by the time a queue fails another mount may be
+    // stacked on the same point, and that one is not ours to abort.
+    let own_dev = newest_mount_dev(&mountpoint);
+    let fatal_once = std::sync::atomic::AtomicBool::new(false);
+    let on_fatal: uring::OnFatal = Arc::new(move || {
+        if fatal_once.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return; // another queue thread is ending the session already
         }
-        Err(e) => {
-            log::error!("cannot abort the FUSE connection: {e}; unmounting");
-            let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
-            if let Err(e) = u.unmount() {
-                log::error!("unmount after an io_uring failure: {e}");
+        let aborted = match &own_dev {
+            Ok(dev) => abort_connection(dev).map(|()| dev.clone()),
+            Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        match aborted {
+            Ok(dev) => detach_aborted(&abort_mp, &dev),
+            Err(e) => {
+                log::error!("cannot abort the FUSE connection: {e}; unmounting");
+                let mut u = unmounter.lock().unwrap_or_else(|e| e.into_inner());
+                if let Err(e) = u.unmount() {
+                    log::error!("unmount after an io_uring failure: {e}");
+                }
             }
         }
     });

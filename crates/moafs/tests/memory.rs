@@ -53,13 +53,13 @@ fn files_deleted_young_cost_no_device_write_unless_the_budget_is_pinned_small() 
     if !can_mount() {
         return;
     }
-    // 96 MiB: more than the 64 MiB the dirty budget was fixed at
+    // 80 MiB: more than the 64 MiB the dirty budget was fixed at
     let run = |opts: &str| -> serde_json::Value {
         let (tmp, img, mnt) = fresh_image("512M");
         let st = tmp.path().join("stats.json");
         let m = Mounted::new(&img, &mnt, &format!("stats={}{opts}", p(&st)));
-        write_files(&mnt, 12, 8);
-        for f in 0..12 {
+        write_files(&mnt, 10, 8);
+        for f in 0..10 {
             fs::remove_file(mnt.join(format!("f{f}"))).unwrap();
         }
         m.unmount();
@@ -67,20 +67,23 @@ fn files_deleted_young_cost_no_device_write_unless_the_budget_is_pinned_small() 
         stats(&st)
     };
     let auto = run("");
+    // (write-behind takes young files once dirty data passes half the budget: the budget
+    // must be over twice what is written, 20 % of at least 800 MiB available)
+    let budget = auto["budget"]["dirty_bytes"].as_u64().unwrap();
+    assert!(
+        budget > 160 << 20,
+        "this test needs 800 MiB of memory available: a dirty budget of {budget} bytes"
+    );
     let written = auto["engine"]["data_blocks_written"].as_u64().unwrap();
     assert_eq!(written, 0, "data deleted young was written: {auto}");
     assert!(
         auto["device"]["write_bytes"].as_u64().unwrap() < 4 << 20,
         "{auto}"
     );
-    assert!(
-        auto["budget"]["dirty_bytes"].as_u64().unwrap() > 96 << 20,
-        "{auto}"
-    );
     // the same with the budget pinned at 16 MiB: most of it reaches the device
     let pinned = run(",dirty_max=16M");
     let written = pinned["engine"]["data_blocks_written"].as_u64().unwrap();
-    assert!(written * 4096 > 48 << 20, "{pinned}");
+    assert!(written * 4096 > 40 << 20, "{pinned}");
     assert_eq!(pinned["budget"]["dirty_bytes"].as_u64(), Some(16 << 20));
 }
 

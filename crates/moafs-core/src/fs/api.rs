@@ -487,6 +487,7 @@ impl Fs {
                 let holding = held * g.bs() as u64;
                 g.budget.follow(room, holding, now);
                 g.after_dirtying()?;
+                g.spares_within_budget();
             }
         }
         let due = |g: &Inner| {

@@ -260,9 +260,14 @@ impl Inner {
                 }
             }
         }
-        // Recycled buffers count against the bound too: the cache and its spares together
-        // stay within `cache_bytes` (a reader's evictions would otherwise park a quarter of
-        // the cache in spares on top of it).
+        self.spares_within_budget();
+    }
+
+    /// Recycled buffers count against the cache's budget too: the cache and its spares
+    /// together stay within it (a reader's evictions would otherwise park a quarter of the
+    /// cache in spares on top of it; a budget that shrank gives them back).
+    pub(crate) fn spares_within_budget(&mut self) {
+        let bs = self.bs() as u64;
         let room = (self.budget.cache_bytes() / bs).saturating_sub(self.book.cached()) as usize;
         self.spare.shrink_to(room);
     }

@@ -71,6 +71,12 @@ impl Boost {
         self.nice
     }
 
+    /// Whether a request `opcode` could switch the thread (a namespace change, or any request
+    /// while boosted): only then does [`Boost::note`] need it and the time.
+    pub(super) fn concerns(&self, opcode: u32) -> bool {
+        self.nice.is_some() && (self.until.is_some() || changes_namespace(opcode))
+    }
+
     /// A request `opcode` from `caller` (`fuse_in_header.pid`) arrives at `now`: whether the
     /// thread switches, before serving it.
     pub(super) fn note(&mut self, opcode: u32, caller: u32, now: Instant) -> Option<Switch> {
@@ -109,7 +115,7 @@ pub(super) fn apply(s: Switch, nice: i32) -> std::io::Result<()> {
     if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    if s == Switch::Up && nice != 0 {
+    if s == Switch::Up {
         // SAFETY: setpriority takes plain integers; `who` 0 is the calling thread on Linux.
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0 {
             let e = std::io::Error::last_os_error();
@@ -151,6 +157,11 @@ mod tests {
         // the hold runs from the last turn (6 ms after t2): down once it has passed
         assert_eq!(b.note(GETATTR, 3, t2 + Duration::from_millis(150)), None);
         assert_eq!(
+            b.note(GETATTR, 3, t2 + HOLD + Duration::from_millis(2)),
+            None
+        );
+        assert!(b.concerns(GETATTR), "boosted: every request may end it");
+        assert_eq!(
             b.note(
                 GETATTR,
                 3,
@@ -188,5 +199,8 @@ mod tests {
         let mut off = Boost::new(None);
         assert_eq!(off.note(MKNOD, 1, t), None);
         assert_eq!(off.note(MKNOD, 2, t), None);
+        assert!(!off.concerns(MKNOD));
+        // not boosted: only namespace changes are looked at (the clock read for them alone)
+        assert!(b.concerns(MKNOD) && !b.concerns(GETATTR));
     }
 }

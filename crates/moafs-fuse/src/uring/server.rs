@@ -378,11 +378,9 @@ impl<FS: Filesystem> Server<FS> {
             )));
         };
         let mut entry = entry;
-        if let Some(nice) = self.boost.nice() {
-            let (op, caller) = (
-                Entry::u32_at(&entry.header, 4),
-                Entry::u32_at(&entry.header, PID_AT),
-            );
+        let op = Entry::u32_at(&entry.header, 4);
+        if let (Some(nice), true) = (self.boost.nice(), self.boost.concerns(op)) {
+            let caller = Entry::u32_at(&entry.header, PID_AT);
             let now = std::time::Instant::now();
             if let Some(s) = self.boost.note(op, caller, now) {
                 match (boost::apply(s, nice), s) {
