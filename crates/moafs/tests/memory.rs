@@ -26,15 +26,7 @@ fn write_files(dir: &Path, n: usize, mib: usize) {
 }
 
 fn chunk(f: usize, m: usize) -> Vec<u8> {
-    let mut x = ((f as u64 + 1) * 0x9e37_79b9_7f4a_7c15) ^ ((m as u64) << 20);
-    (0..1 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    pattern(1 << 20, ((f as u64) << 32) | m as u64)
 }
 
 fn check_files(dir: &Path, n: usize, mib: usize) {

@@ -137,20 +137,6 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Node>) {
     }
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn mkfifo(path: &Path, mode: u32) {
     nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(mode))
         .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));

@@ -18,19 +18,6 @@ use tempfile::TempDir;
 mod common;
 use common::*;
 
-/// Bytes `len` of a pattern that differs by `seed`.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn fsync_dir(dir: &Path) {
     fs::File::open(dir).unwrap().sync_all().unwrap();
 }

@@ -11,6 +11,21 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_moafs");
 
+/// Bytes `len` of a pattern that differs by `seed` (xorshift).
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Sends `sig` to a process we started.
 pub fn kill(pid: i32, sig: Signal) -> nix::Result<()> {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
