@@ -79,6 +79,41 @@ fn files_deleted_young_cost_no_device_write_unless_the_budget_is_pinned_small() 
     assert_eq!(pinned["budget"]["dirty_bytes"].as_u64(), Some(16 << 20));
 }
 
+#[test]
+fn truncated_and_overwritten_young_data_reaches_the_device_once_at_most() {
+    if !can_mount() {
+        return;
+    }
+    let (tmp, img, mnt) = fresh_image("512M");
+    let st = tmp.path().join("stats.json");
+    let m = Mounted::new(&img, &mnt, &format!("stats={}", p(&st)));
+    // 40 MiB truncated away before any commit took it; 24 MiB written, then overwritten
+    write_files(&mnt, 1, 40);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("f0"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    fs::rename(mnt.join("f0"), mnt.join("empty")).unwrap();
+    write_files(&mnt, 1, 24); // f0 again: 24 MiB
+    let again: Vec<u8> = (0..24).flat_map(|m| chunk(7, m)).collect();
+    fs::write(mnt.join("f0"), &again).unwrap();
+    m.unmount();
+    let s = stats(&st);
+    let written = s["engine"]["data_blocks_written"].as_u64().unwrap();
+    // the unmount writes the 24 MiB that remain, once; nothing of the rest
+    assert!(
+        (6144..6144 + 16).contains(&written),
+        "{written} data blocks written for 24 MiB kept: {s}"
+    );
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &mnt, "");
+    assert!(fs::read(mnt.join("f0")).unwrap() == again);
+    assert_eq!(fs::metadata(mnt.join("empty")).unwrap().len(), 0);
+    m.unmount();
+}
+
 /// A memory cgroup made for a test, removed when dropped (once its processes are gone).
 struct Cgroup {
     dir: PathBuf,
