@@ -759,7 +759,7 @@ impl Inner {
                         img.size = img.size.min(size); // its data is held back
                     }
                     node.logged = crate::format::bytelog::InodeAttrs::of(&img);
-                    node.saved = Some(img.clone());
+                    node.saved = Some(Box::new(img.clone()));
                     slots.push((*ino, img));
                 }
             }

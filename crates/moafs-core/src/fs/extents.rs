@@ -227,7 +227,7 @@ impl Inner {
                 return Err(FsError::corrupt("inode", ino, "not an extent map"));
             }
             let map = self.load_ext_map(&d)?;
-            self.inode(ino)?.ext = Some(map);
+            self.inode(ino)?.ext = Some(Box::new(map));
         }
         // (`inode` recorded the touch: one more lookup, no second one)
         let node = self.inodes.get_mut(&ino).expect("looked up above");

@@ -20,7 +20,9 @@ pub(crate) struct Inode {
     pub ra: super::readahead::Stream,
     /// Where the last read of the file ended (bytes): `Fs::read_follows`.
     pub read_end: u64,
-    pub dir: Option<Dir>,
+    /// (boxed, as `saved` and `ext`: most inodes in memory are files the kernel looked up,
+    /// and these would make every one of them ~450 bytes larger)
+    pub dir: Option<Box<Dir>>,
     pub xattrs: Option<BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Continuation blocks of the xattr set on disk (known once `xattrs` is loaded).
     pub xattr_cont: Vec<u64>,
@@ -37,12 +39,12 @@ pub(crate) struct Inode {
     /// The inode as the last commit wrote it (or as read from disk); None for an inode no
     /// commit has written yet. The byte log serves an fsync only when nothing but the
     /// attributes of an attribute record differs from it (`bytelog.rs`).
-    pub saved: Option<DiskInode>,
+    pub saved: Option<Box<DiskInode>>,
     /// The attributes (mode, owner, flags, size, times) durable by the last commit or
     /// byte-log record.
     pub logged: InodeAttrs,
     /// The extent map (extent-mapped inodes, once used: `extents.rs`).
-    pub ext: Option<super::extents::ExtMap>,
+    pub ext: Option<Box<super::extents::ExtMap>>,
     /// An unnamed file of open(O_TMPFILE) without O_EXCL: `link` may give it its first name
     /// (the VFS's I_LINKABLE; in memory only — after a crash it is an orphan, freed).
     pub linkable: bool,
@@ -52,7 +54,7 @@ impl Inode {
     /// An inode read from disk (`saved`) or made in memory.
     pub fn new(d: DiskInode, saved: bool) -> Inode {
         Inode {
-            saved: saved.then(|| d.clone()),
+            saved: saved.then(|| Box::new(d.clone())),
             logged: InodeAttrs::of(&d),
             d,
             dirty: false,

@@ -86,7 +86,7 @@ impl Inner {
                 blocks.push(DirBlock::decode(&buf, ino, idx, phys)?);
             }
             let dir = Dir::from_blocks(blocks, DirBlock::capacity(bs as u32));
-            self.inode(ino)?.dir = Some(dir);
+            self.inode(ino)?.dir = Some(Box::new(dir));
         }
         Ok(self.inode(ino)?.dir.as_mut().expect("loaded above"))
     }
@@ -267,7 +267,7 @@ impl Inner {
         node.lookups = self.opts.kernel_lookups as u64;
         node.parent_hint = parent;
         if is_dir {
-            node.dir = Some(Dir::new(DirBlock::capacity(self.bs() as u32)));
+            node.dir = Some(Box::new(Dir::new(DirBlock::capacity(self.bs() as u32))));
         }
         self.inodes.insert(ino, node);
         if let Some(name) = name {
