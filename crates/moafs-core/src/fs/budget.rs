@@ -45,6 +45,19 @@ impl Budget {
         }
     }
 
+    /// [`Budget::new`], having looked at memory once when a budget follows it (the cache
+    /// holds nothing yet).
+    pub(crate) fn at_mount(opts: &MountOptions) -> Budget {
+        let mut b = Budget::new(opts);
+        let now = Instant::now();
+        if b.due(now) {
+            if let Some(room) = crate::memory::available() {
+                b.follow(room, 0, now);
+            }
+        }
+        b
+    }
+
     /// Bytes of cached blocks (clean and dirty) the cache keeps.
     pub(crate) fn cache_bytes(&self) -> u64 {
         self.cache

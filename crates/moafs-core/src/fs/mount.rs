@@ -92,13 +92,7 @@ impl Fs {
         let dev: Arc<dyn BlockDevice> = fence.clone();
         let (ckpt, dev) =
             checkpoint::Checkpoints::new(dev, geo.block_size, opts.checkpoint_interval_ms);
-        let mut budget = super::budget::Budget::new(&opts);
-        let now = std::time::Instant::now();
-        if budget.due(now) {
-            if let Some(room) = crate::memory::available() {
-                budget.follow(room, 0, now);
-            }
-        }
+        let budget = super::budget::Budget::at_mount(&opts);
         let opts_cache_blocks = budget.cache_bytes() / geo.block_size as u64;
         let mut inner = Inner {
             dev,
