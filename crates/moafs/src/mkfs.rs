@@ -15,6 +15,10 @@ pub(crate) struct MkfsArgs {
     /// Number of allocation groups.
     #[arg(long)]
     pub(crate) groups: Option<u32>,
+    /// Bytes of the image per inode (as mkfs.ext4 -i): 1024 or more; smaller makes more
+    /// inodes (at most one per 4 blocks of a group). Default: 16384.
+    #[arg(long, short = 'i', value_name = "BYTES")]
+    pub(crate) bytes_per_inode: Option<String>,
     /// Label (at most 32 bytes).
     #[arg(long, default_value = "")]
     pub(crate) label: String,
@@ -78,15 +82,26 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
             human(MIN_IMAGE_BYTES)
         ));
     }
+    let bytes_per_inode = match a.bytes_per_inode.as_deref() {
+        None => MkfsOptions::default().bytes_per_inode,
+        Some(t) => match moafs_core::parse_size(t)? {
+            n if n < 1024 => {
+                return Err(format!(
+                    "--bytes-per-inode {t} is too small: at least 1024 bytes per inode"
+                ))
+            }
+            n => n,
+        },
+    };
     let opts = MkfsOptions {
         block_size: a.block_size,
+        bytes_per_inode,
         groups: a.groups,
         label: a.label.clone(),
         journal_blocks: a.journal_blocks,
         bytelog_blocks: a.bytelog_blocks,
         size_bytes: size,
         pointer_maps: a.map == MapKind::Pointers,
-        ..MkfsOptions::default()
     };
     let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {
         FsError::Invalid { detail } => detail,

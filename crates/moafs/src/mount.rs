@@ -483,6 +483,14 @@ pub(crate) fn open_tier(
     Ok((Arc::new(t), abs.display().to_string()))
 }
 
+/// This process's peak resident memory (bytes; VmHWM of /proc/self/status), if known.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 /// Writes the engine's and the device's counters of this mount as JSON (option `stats=PATH`).
 pub(crate) fn write_stats(path: &Path, fs: &Fs) {
     let e = fs.counters();
@@ -497,6 +505,10 @@ pub(crate) fn write_stats(path: &Path, fs: &Fs) {
             "dirty_bytes": fs.budgets().1,
             "follow_memory": [fs.options().cache_follows_memory, fs.options().dirty_follows_memory],
         },
+        // inodes in memory and referenced by the kernel (`kept.rs`), and the daemon's peak
+        // resident memory (VmHWM) per referenced inode at the most
+        "inodes": fs.inode_counts(),
+        "daemon_peak_rss_bytes": peak_rss(),
         // device bytes the engine wrote, by what they were for
         "bytes_by_class": {
             "data_home": e.data_blocks_written * bs,

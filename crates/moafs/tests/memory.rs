@@ -206,3 +206,48 @@ fn a_daemon_in_a_memory_cgroup_smaller_than_its_dirty_data_lives_and_keeps_it() 
     m.unmount();
     drop(cg);
 }
+
+#[test]
+fn a_walk_keeps_the_daemon_s_inodes_within_their_bound() {
+    if !can_mount() {
+        return;
+    }
+    // 30,000 files in 10 directories; after a remount `find` stats every one (the kernel
+    // then references each); a 64 MiB cache bounds the inodes kept in memory at 4,096
+    let (tmp, img, mnt) = fresh_image("512M");
+    let n = 30_000usize;
+    {
+        let _m = Mounted::new(&img, &mnt, "");
+        for d in 0..10 {
+            fs::create_dir(mnt.join(format!("d{d}"))).unwrap();
+        }
+        for i in 0..n {
+            let f = fs::File::create(mnt.join(format!("d{}/f{i}", i % 10))).unwrap();
+            if i % 2 == 1 {
+                f.set_len(100).unwrap();
+            }
+        }
+    }
+    let st = tmp.path().join("stats.json");
+    let m = Mounted::new(&img, &mnt, &format!("cache_size=64M,stats={}", p(&st)));
+    let out = Command::new("find")
+        .arg(&mnt)
+        .args(["-type", "f", "-printf", "%s\n"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let sizes = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(sizes.lines().count(), n);
+    assert_eq!(sizes.lines().filter(|l| *l == "100").count(), n / 2);
+    // every file still reads as it was (their state read back from the inode table)
+    assert_eq!(fs::metadata(mnt.join("d7/f29997")).unwrap().len(), 100);
+    m.unmount();
+    assert_fsck_clean(&img);
+    let s = stats(&st);
+    let inodes = &s["inodes"];
+    let get = |k: &str| inodes[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
+    assert_eq!(get("idle_bound"), 4096, "{s}");
+    assert!(get("peak_referenced") >= n as u64, "{s}");
+    // a second of a walk loads at most a few tens of thousands: well under all of them
+    assert!(get("peak_in_memory") < n as u64 * 2 / 3, "{s}");
+}

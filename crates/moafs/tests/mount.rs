@@ -1653,3 +1653,35 @@ fn a_new_mount_on_the_same_directory_survives_the_old_daemons_exit() {
     }
     third.unmount();
 }
+
+/// `mkfs -i BYTES` (`--bytes-per-inode`, as mkfs.ext4's) makes more inodes on a smaller
+/// ratio; below 1024 bytes it is refused with a clear error.
+#[test]
+fn mkfs_bytes_per_inode_sets_how_many_files_fit() {
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let inodes = |args: &[&str]| -> u64 {
+        let mut all = vec!["mkfs", "--size", "256M"];
+        all.extend_from_slice(args);
+        all.push(p(&img));
+        let out = moafs(&all);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let said = text(&out.stdout);
+        let line = said.lines().find(|l| l.contains("inodes:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let default = inodes(&[]);
+    let dense = inodes(&["-i", "4096"]);
+    assert!(default > 8_000, "{default}");
+    assert!(
+        dense >= default * 3,
+        "{dense} inodes at 4096 bytes each, {default} at 16384"
+    );
+    let out = moafs(&["mkfs", "--bytes-per-inode", "512", p(&img)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("at least 1024"),
+        "{}",
+        text(&out.stderr)
+    );
+}

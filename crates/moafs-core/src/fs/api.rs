@@ -5,8 +5,8 @@
 use super::fsynctime::{FsyncPhase, FsyncReport, Trace};
 use super::{
     data, this_thread_key, AtimePolicy, Attr, Caller, DirEntry, EngineCounters, Fs, FsError,
-    FsResult, Geometry, InFlight, Inner, Ino, MountOptions, RenameFlags, SetAttr, StatFs,
-    XattrFlags, FOLLOWS_BYTES,
+    FsResult, Geometry, InFlight, Inner, Ino, InodeCounts, MountOptions, RenameFlags, SetAttr,
+    StatFs, XattrFlags, FOLLOWS_BYTES,
 };
 use crate::device::DeviceCounters;
 use crate::format::Superblock;
@@ -46,6 +46,11 @@ impl Fs {
         let g = self.lock();
         (g.budget.cache_bytes(), g.budget.dirty_bytes())
     }
+    /// How many inodes the engine holds in memory and the kernel references (`kept.rs`).
+    pub fn inode_counts(&self) -> InodeCounts {
+        let g = self.lock();
+        g.kept.counts(g.inodes.len(), g.budget.cache_bytes())
+    }
     /// Checks the engine's bookkeeping against the state it summarises (cache, dirty and
     /// reservation counts, the sets the next commit visits, epochs, group free counts):
     /// the first disagreement, described. For tests; costs a walk of everything in memory.
@@ -64,7 +69,10 @@ impl Fs {
         if !node.is_dir() {
             node.parent_hint = parent;
         }
-        g.attr(ino)
+        let attr = g.attr(ino);
+        // a walk looks up more inodes in a second than the bound allows (`kept.rs`)
+        g.trim_inode_caches();
+        attr
     }
     /// The kernel drops `n` references taken by lookup-like replies.
     pub fn forget(&self, ino: Ino, n: u64) {
@@ -72,13 +80,12 @@ impl Fs {
             return; // nothing is freed any more
         }
         let mut g = self.warm(|g| g.warm_reap(ino, n, 0));
-        if let Some(node) = g.inodes.get_mut(&ino) {
-            node.lookups = node.lookups.saturating_sub(n);
-        }
+        g.kept.release(ino, n);
+        let was = g.inodes.contains_key(&ino);
         if let Err(e) = g.maybe_reap(ino) {
             log::error!("freeing inode {ino}: {e}");
         }
-        let freed = !g.inodes.contains_key(&ino);
+        let freed = was && !g.inodes.contains_key(&ino);
         drop(g);
         if freed {
             // a writer short of space may wait for this (`FsError::SpaceHeld`)
@@ -236,9 +243,7 @@ impl Fs {
         let who = Caller { umask: 0, ..who };
         let w = g.make(parent, name, libc::S_IFCHR, 0, who, None)?;
         // no entry reply hands the whiteout to the kernel: it holds no reference to it
-        if let Some(node) = g.inodes.get_mut(&w.ino) {
-            node.lookups = 0;
-        }
+        g.kept.none(w.ino);
         Ok(())
     }
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &[u8]) -> FsResult<Attr> {
@@ -500,6 +505,7 @@ impl Fs {
         let work = |g: &Inner| g.over_dirty_max() || g.timer_has_work();
         {
             let mut g = self.lock();
+            g.trim_inode_caches();
             if g.epochs.writing() || g.unmounted || g.opts.read_only {
                 return Ok(false);
             }

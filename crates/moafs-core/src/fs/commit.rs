@@ -28,6 +28,10 @@ use crate::error::{FsError, FsResult};
 use crate::format::{bitmap_crc, encode_indirect, DiskInode, XattrBlock};
 use std::time::Instant;
 
+/// Inode-table blocks cached (for read-modify-write, and inodes read back) at most: 16 MiB
+/// of 4 KiB blocks.
+const ITABLE_BLOCKS: usize = 4096;
+
 /// What phase (B) of a commit writes, with the engine lock released.
 pub(crate) struct CommitIo {
     pub epoch: u64,
@@ -282,14 +286,11 @@ impl Inner {
             self.alloc.release_pending();
         }
         self.epochs.commit_durable(epoch);
-        // The inode-table cache is only for read-modify-write; keep it bounded. (Not in (A):
-        // while (B) writes, a block not in this cache must be current at home.)
-        if self.itable.len() > 4096 {
-            self.itable.clear();
-        }
         self.rearm_write_behind();
         self.evict();
-        self.forget_idle_inodes();
+        // (not in (A): while (B) writes, a block not in the inode-table cache must be
+        // current at home)
+        self.trim_inode_caches();
         Ok(())
     }
 
@@ -808,24 +809,45 @@ impl Inner {
     }
 
     /// Drops clean, unreferenced inodes from memory (they are read again when needed).
-    fn forget_idle_inodes(&mut self) {
-        if self.inodes.len() < 100_000 {
+    /// Keeps the caches that grow with the files looked at — in-memory inodes, the
+    /// inode-table blocks — within their bounds (`kept.rs`); not while a committer job
+    /// writes with the lock released (a block not in the inode-table cache must then be
+    /// current at home).
+    pub(crate) fn trim_inode_caches(&mut self) {
+        if self.epochs.writing() {
             return;
         }
-        self.forget_all_idle_inodes();
+        if self.itable.len() > ITABLE_BLOCKS {
+            self.fetch.changed();
+            self.itable.clear();
+        }
+        if self.kept.over(self.inodes.len(), self.budget.cache_bytes()) {
+            self.forget_all_idle_inodes();
+            self.kept
+                .trimmed(self.inodes.len(), self.budget.cache_bytes());
+        }
     }
 
-    /// Drops the in-memory state of every inode nobody references and nothing dirty holds
-    /// (it is read back from the image when needed).
+    /// Drops the in-memory state of every inode nobody has open and nothing unsaved holds
+    /// (`kept.rs`: the kernel's references to it stay there; it is read back from the image
+    /// when needed).
     pub(crate) fn forget_all_idle_inodes(&mut self) {
         self.fetch.changed();
+        let kept = &mut self.kept;
         self.inodes.retain(|ino, n| {
-            *ino == super::ROOT_INO
-                || n.dirty
-                || n.lookups > 0
+            let busy = *ino == super::ROOT_INO
+                || n.unsaved()
                 || n.opens > 0
-                || n.xattr_dirty
+                || n.d.nlink == 0
+                || n.linkable
                 || !n.cache.is_empty()
+                || n.meta_reserved
+                || !n.deep_reserved.is_empty()
+                || n.saved.is_none();
+            if !busy {
+                kept.dropped(*ino, n.parent_hint);
+            }
+            busy
         });
     }
 }

@@ -346,7 +346,7 @@ impl Inner {
         let Some(node) = self.inodes.get(&ino) else {
             return;
         };
-        if node.lookups == 0 && node.opens == 0 && (node.is_dir() || node.d.nlink <= 1) {
+        if self.kept.lookups(ino) == 0 && node.opens == 0 && (node.is_dir() || node.d.nlink <= 1) {
             self.warm_freeing(ino);
         }
     }
@@ -358,7 +358,7 @@ impl Inner {
             return;
         };
         if node.d.nlink == 0
-            && node.lookups.saturating_sub(forgets) == 0
+            && self.kept.lookups(ino).saturating_sub(forgets) == 0
             && node.opens.saturating_sub(closes) == 0
         {
             self.warm_freeing(ino);

@@ -49,6 +49,8 @@ mod grown;
 mod homeless;
 pub mod iflags;
 pub mod journal;
+mod kept;
+pub use kept::InodeCounts;
 pub mod label;
 mod mount;
 mod node;
@@ -141,6 +143,8 @@ pub(crate) struct Inner {
     spare: data::Spares,
     /// The cache's and its dirty data's memory budgets (`budget.rs`).
     budget: budget::Budget,
+    /// The kernel's references to inodes, and when idle inodes are dropped (`kept.rs`).
+    kept: kept::Kept,
 }
 
 /// A key of the calling thread for [`Fs::fsync_for`], unlike any process id (bit 63 set).

@@ -146,6 +146,7 @@ impl Fs {
             behind: Default::default(),
             spare: super::data::Spares::new((opts_cache_blocks / 4) as usize),
             budget,
+            kept: Default::default(),
         };
         inner.rearm_write_behind();
         let unclean = inner.sb.state != STATE_CLEAN;
@@ -344,8 +345,8 @@ impl Inner {
             .map(|(i, _)| *i)
             .collect();
         for ino in orphans {
+            self.kept.none(ino);
             if let Some(n) = self.inodes.get_mut(&ino) {
-                n.lookups = 0;
                 n.opens = 0;
             }
             self.maybe_reap(ino)?;

@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, HashSet};
 pub(crate) struct Inode {
     pub d: DiskInode,
     pub dirty: bool,
-    pub lookups: u64,
     pub opens: u32,
     pub cache: BlockCache,
     /// Readahead state of the file's readers.
@@ -58,7 +57,6 @@ impl Inode {
             logged: InodeAttrs::of(&d),
             d,
             dirty: false,
-            lookups: 0,
             opens: 0,
             cache: BlockCache::default(),
             ra: Default::default(),
@@ -107,7 +105,10 @@ impl Inner {
             if d.is_free() {
                 return Err(FsError::Stale { ino });
             }
-            self.inodes.insert(ino, Inode::new(d, true));
+            let mut node = Inode::new(d, true);
+            node.parent_hint = self.kept.hint(ino);
+            self.inodes.insert(ino, node);
+            self.kept.loaded(self.inodes.len());
         }
         // Every change of an inode comes through here: the next commit looks at these only.
         self.touched.insert(ino);

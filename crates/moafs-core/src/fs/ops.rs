@@ -25,7 +25,8 @@ fn check_name(name: &[u8]) -> FsResult<()> {
 impl Inner {
     pub(crate) fn add_lookup(&mut self, ino: u64) -> FsResult<()> {
         if self.opts.kernel_lookups {
-            self.inode(ino)?.lookups += 1;
+            self.inode(ino)?;
+            self.kept.add(ino, 1);
         }
         Ok(())
     }
@@ -264,12 +265,13 @@ impl Inner {
         };
         let mut node = Inode::new(d, false);
         node.dirty = true;
-        node.lookups = self.opts.kernel_lookups as u64;
         node.parent_hint = parent;
         if is_dir {
             node.dir = Some(Box::new(Dir::new(DirBlock::capacity(self.bs() as u32))));
         }
         self.inodes.insert(ino, node);
+        self.kept.loaded(self.inodes.len());
+        self.kept.add(ino, self.opts.kernel_lookups as u64);
         if let Some(name) = name {
             let before = self.dir(parent)?.blocks.len();
             self.dir(parent)?.insert(name, ino, kind.dirent_type());
@@ -369,7 +371,7 @@ impl Inner {
         let Some(node) = self.inodes.get(&ino) else {
             return Ok(());
         };
-        if node.d.nlink > 0 || node.lookups > 0 || node.opens > 0 || ino == ROOT_INO {
+        if node.d.nlink > 0 || self.kept.lookups(ino) > 0 || node.opens > 0 || ino == ROOT_INO {
             return Ok(());
         }
         if self.opts.read_only {

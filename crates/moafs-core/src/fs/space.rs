@@ -232,8 +232,8 @@ impl Inner {
     /// Whether a file with no name and no open handle still holds blocks: only the kernel's
     /// references keep it, and its FORGET will free them (`FsError::SpaceHeld`).
     fn space_held_by_unlinked(&self) -> bool {
-        self.inodes
-            .values()
-            .any(|n| n.d.nlink == 0 && n.opens == 0 && n.lookups > 0 && n.d.blocks > 0)
+        self.inodes.iter().any(|(ino, n)| {
+            n.d.nlink == 0 && n.opens == 0 && self.kept.lookups(*ino) > 0 && n.d.blocks > 0
+        })
     }
 }
