@@ -217,7 +217,7 @@ fn run(cmd: &mut Command) -> io::Result<String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| io::Error::new(e.kind(), format!("{:?}: {e}", cmd.get_program())))?;
+        .map_err(|e| crate::tools::spawn_error(&cmd.get_program().to_string_lossy(), e))?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
             "{:?} {:?} failed ({}): {}",
@@ -368,7 +368,7 @@ impl Managed {
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .spawn()
-                    .map_err(|e| io::Error::new(e.kind(), format!("fuse2fs: {e}")))?;
+                    .map_err(|e| crate::tools::spawn_error("fuse2fs", e))?;
                 m.daemon_pid = Some(child.id() as i32);
                 m.child = Some(child);
                 if !wait_until(Duration::from_secs(10), || is_mounted(&m.mnt)) {
@@ -551,8 +551,11 @@ impl Managed {
     /// Unmounts and waits for a FUSE daemon to exit.
     fn unmount(&mut self, errors: &mut Vec<String>) {
         if is_mounted(&self.mnt) {
+            // As root, umount(8) detaches a FUSE mount as `moafs umount` does (and runs
+            // moafs's umount helper when installed); fusermount3 (Debian's fuse3) is only
+            // needed unprivileged.
             let once = || {
-                if self.daemon_pid.is_some() {
+                if self.daemon_pid.is_some() && !nix::unistd::geteuid().is_root() {
                     run(Command::new("fusermount3").arg("-u").arg(&self.mnt))
                 } else {
                     run(Command::new("umount").arg(&self.mnt))

@@ -48,6 +48,25 @@ impl Tool {
     }
 }
 
+#[cfg(test)]
+mod package_tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_tool_is_named_with_its_package() {
+        assert_eq!(package_of("/sbin/mkfs.xfs"), "xfsprogs");
+        assert_eq!(package_of("fusermount3"), "fuse3");
+        assert_eq!(package_of("bonnie++"), "bonnie++");
+        let e = output(&mut Command::new("moafs-no-such-tool-here"), Path::new("/")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(
+            e.to_string()
+                .contains("apt-get install moafs-no-such-tool-here"),
+            "{e}"
+        );
+    }
+}
+
 /// Whether `program` is on the PATH.
 pub fn installed(program: &str) -> bool {
     Command::new("sh")
@@ -57,6 +76,40 @@ pub fn installed(program: &str) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
+}
+
+/// The Debian package that brings `program`, for the tools the harness runs.
+pub fn package_of(program: &str) -> &str {
+    let name = program.rsplit('/').next().unwrap_or(program);
+    match name {
+        "mkfs.ext4" | "e2fsck" | "tune2fs" | "debugfs" => "e2fsprogs",
+        "mkfs.xfs" | "xfs_repair" | "xfs_io" => "xfsprogs",
+        "mkfs.btrfs" | "btrfs" => "btrfs-progs",
+        "fusermount3" => "fuse3",
+        "losetup" | "blockdev" | "mount" | "umount" => "mount (util-linux)",
+        "perf" => "linux-perf",
+        "sqlite3" => "sqlite3",
+        "kill" => "procps",
+        "sleep" | "sync" => "coreutils",
+        "sh" => "dash",
+        other => other, // postmark, sysbench, fio, bonnie++, dbench, filebench, fuse2fs
+    }
+}
+
+/// The error for a tool that is not on the PATH: which, and the package that brings it.
+pub fn not_installed(program: &str) -> String {
+    format!(
+        "{program} is not installed (Debian: apt-get install {})",
+        package_of(program)
+    )
+}
+
+/// The error of a program that could not be started: a missing one named with its package.
+pub fn spawn_error(program: &str, e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::NotFound => io::Error::new(e.kind(), not_installed(program)),
+        k => io::Error::new(k, format!("{program}: {e}")),
+    }
 }
 
 /// Runs `cmd` (in `dir`), returns stdout; a failure is an error with its stderr.
@@ -69,7 +122,7 @@ fn output(cmd: &mut Command, dir: &Path) -> io::Result<String> {
         .current_dir(dir)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| io::Error::new(e.kind(), format!("{prog}: {e}")))?;
+        .map_err(|e| spawn_error(&prog, e))?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
             "{prog} failed ({}): {}",
@@ -241,7 +294,7 @@ fn postmark_timed(conf: &Path, dir: &Path) -> io::Result<PostmarkRun> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| io::Error::new(e.kind(), format!("postmark: {e}")))?;
+        .map_err(|e| spawn_error("postmark", e))?;
     let mut out = child.stdout.take().expect("piped");
     let mut text = Vec::new();
     let mut buf = [0u8; 4096];
@@ -306,10 +359,7 @@ pub fn run(
         ));
     };
     if !installed(prog) {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("{prog} is not installed (apt-get install {})", prog),
-        ));
+        return Err(io::Error::new(io::ErrorKind::NotFound, not_installed(prog)));
     }
     let start = Instant::now();
     match cfg.tool {

@@ -1182,3 +1182,56 @@ fn every_experiment_result_file_records_the_environment() {
         assert_eq!(w["environment"], v["environment"], "{name}");
     }
 }
+
+/// Without fuse3's fusermount3 (root needs none to mount moafs), `moafs bench` mounts and
+/// takes down a moafs target as `moafs umount` does; a missing tool is named with the package
+/// that brings it.
+#[test]
+fn bench_needs_no_fusermount3_and_names_missing_tools_with_their_package() {
+    if !is_root() || !have("losetup") {
+        return;
+    }
+    // a PATH with every program of the system's but fusermount3
+    let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for dir in [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let to = bin.join(&name);
+            if name != "fusermount3" && !to.exists() {
+                let _ = std::os::unix::fs::symlink(e.path(), to);
+            }
+        }
+    }
+    let backing = tmp.path().join("backing");
+    std::fs::create_dir(&backing).unwrap();
+    let run = |target: &str| {
+        Command::new(BIN)
+            .env("PATH", &bin)
+            .args(["bench", "--target", target, "--size", "256M", "--reps", "1"])
+            .args(["--scale", "0.02", "--backing"])
+            .arg(&backing)
+            .output()
+            .unwrap()
+    };
+    let out = run("moafs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("fusermount3"), "{err}");
+    assert_eq!(leftovers(&backing), Vec::<String>::new());
+    // a tool that is missing: named, with its package
+    std::fs::remove_file(bin.join("mkfs.xfs")).ok();
+    let out = run("xfs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("apt-get install xfsprogs"), "{err}");
+    assert_eq!(leftovers(&backing), Vec::<String>::new());
+}
