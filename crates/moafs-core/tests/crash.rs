@@ -62,6 +62,10 @@ enum Op {
     /// `fallocate` mode 0 (the size grows to `off + len`) and a hole punched (size kept).
     Falloc(String, usize, usize),
     Punch(String, usize, usize),
+    /// `fallocate` ZERO_RANGE (the range reads as zeros, the size grows to `off + len`) and
+    /// KEEP_SIZE preallocation (nothing a reader sees changes).
+    ZeroRange(String, usize, usize),
+    Prealloc(String, usize, usize),
     /// The empty directory renamed `e` ↔ `f`.
     RenameDir,
     /// fsync of the directory `d`: a commit (everything durable).
@@ -250,6 +254,22 @@ fn apply(fs: &Fs, m: &mut Model, d: u64, op: &Op) {
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
             )
             .expect("punch"),
+        Op::ZeroRange(p, off, len) => fs
+            .fallocate(
+                m.names[p],
+                *off as u64,
+                *len as u64,
+                libc::FALLOC_FL_ZERO_RANGE,
+            )
+            .expect("zero range"),
+        Op::Prealloc(p, off, len) => fs
+            .fallocate(
+                m.names[p],
+                *off as u64,
+                *len as u64,
+                libc::FALLOC_FL_KEEP_SIZE,
+            )
+            .expect("preallocate"),
         Op::RenameDir => {
             let (from, to) = if m.dir_f { (b"f", b"e") } else { (b"e", b"f") };
             fs.rename(ROOT_INO, from, ROOT_INO, to, RenameFlags::default())
@@ -576,22 +596,20 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                     Op::SetXattr(f.clone(), rng.gen(), rng.gen_range(1..300)),
                     true,
                 ),
-                5 => (
-                    Op::Falloc(
-                        f.clone(),
-                        rng.gen_range(0..6 * BS),
-                        rng.gen_range(1..3 * BS),
-                    ),
-                    true,
-                ),
-                6 => (
-                    Op::Punch(
-                        f.clone(),
-                        rng.gen_range(0..len.max(1)),
-                        rng.gen_range(1..3 * BS),
-                    ),
-                    true,
-                ),
+                5 => {
+                    let (off, n) = (rng.gen_range(0..6 * BS), rng.gen_range(1..3 * BS));
+                    match rng.gen_range(0..2) {
+                        0 => (Op::Falloc(f.clone(), off, n), true),
+                        _ => (Op::Prealloc(f.clone(), off, n), true),
+                    }
+                }
+                6 => {
+                    let (off, n) = (rng.gen_range(0..len.max(1)), rng.gen_range(1..3 * BS));
+                    match rng.gen_range(0..2) {
+                        0 => (Op::Punch(f.clone(), off, n), true),
+                        _ => (Op::ZeroRange(f.clone(), off, n), true),
+                    }
+                }
                 7 => {
                     let to = NAMES[rng.gen_range(0..NAMES.len())].to_string();
                     if to == f || m.symlinks.contains(&m.names.get(&to).copied().unwrap_or(0)) {
@@ -661,6 +679,11 @@ fn next_op(name: &str, m: &Model, rng: &mut StdRng, step: usize) -> Vec<Op> {
                     rng.gen(),
                 )],
                 13 => vec![Op::Fsync("d/b".into())],
+                14 => vec![Op::ZeroRange(
+                    f,
+                    DI + rng.gen_range(0..8 * BS),
+                    rng.gen_range(1..4 * BS),
+                )],
                 _ => vec![Op::Punch(
                     f,
                     DI + rng.gen_range(0..8 * BS),
@@ -1263,6 +1286,14 @@ fn model_only(m: &mut Model, op: &Op) {
                 v[*off..end].fill(0);
             }
         }
+        Op::ZeroRange(p, off, len) => {
+            let v = Arc::make_mut(m.data.get_mut(&m.names[p]).expect("file"));
+            if v.len() < off + len {
+                v.resize(off + len, 0);
+            }
+            v[*off..off + len].fill(0);
+        }
+        Op::Prealloc(..) => {}
         Op::RenameDir => m.dir_f = !m.dir_f,
         Op::FsyncDir | Op::Close => {}
         Op::OpenUnlink(p) => model_only(m, &Op::Unlink(p.clone())),

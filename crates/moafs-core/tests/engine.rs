@@ -717,6 +717,46 @@ fn fallocate_fills_what_statfs_calls_available() {
     fsck_clean(&dev);
 }
 
+/// A ZERO_RANGE that grows the file past more holes than `journal=data` carries in one
+/// transaction commits between its batches: a crash then shows the file as it was or as it
+/// ends, never its old size with the range already zeroed (the crash harness found that
+/// torn state; the size is now set before the holes are filled).
+#[test]
+fn a_zero_range_committed_in_batches_is_never_torn_at_a_crash() {
+    use std::sync::Arc;
+    let dev = new_dev_journal(64 << 20, Some(256)); // a data share of 64 blocks
+    let opts = moafs_core::fs::MountOptions {
+        journal: moafs_core::fs::JournalMode::Data,
+        ..Default::default()
+    };
+    let fs = mount_with(&dev, opts.clone());
+    let f = fs.create(ROOT_INO, b"f", 0o644, ME).unwrap().ino;
+    fs.write(f, 0, &[0xab; 8192]).unwrap();
+    fs.sync().unwrap();
+    let len = 200 * 4096u64; // 200 holes past the end
+    fs.fallocate(f, 4096, len, libc::FALLOC_FL_ZERO_RANGE)
+        .unwrap();
+    // the crash: the device as the fallocate left it, nothing committed after it
+    let crashed = Arc::new(moafs_core::device::MemDevice::from_bytes(dev.snapshot()));
+    let fs2 = mount_with(&crashed, opts);
+    let size = fs2.getattr(f).unwrap().size;
+    let got = fs2.read(f, 0, (4096 + len) as u32 + 10).unwrap();
+    let mut after = vec![0xab; 4096];
+    after.resize((4096 + len) as usize, 0);
+    assert!(
+        got == [0xab; 8192] || got == after,
+        "size {size}: a torn ZERO_RANGE (first zero byte at {:?})",
+        got.iter().position(|b| *b == 0)
+    );
+    assert_ne!(
+        got,
+        vec![0xab; 8192],
+        "no commit in batches: the test tests nothing"
+    );
+    fs2.unmount().unwrap();
+    drop(fs);
+}
+
 /// FALLOC_FL_ZERO_RANGE: the range reads as zeros (partial blocks at both edges included),
 /// the rest keeps its bytes, the size grows past the end unless KEEP_SIZE; across a remount.
 #[test]

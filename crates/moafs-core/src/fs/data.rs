@@ -457,17 +457,11 @@ impl Inner {
         if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
             return Err(FsError::NotSupported);
         }
-        if mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
-            // Zero what the file holds in the range; then allocate it as fallocate does.
-            if end.div_ceil(bs) > self.max_blocks_of(ino)? {
-                return Err(FsError::FileTooBig);
-            }
-            self.punch_hole(ino, offset, end)?;
-        }
         if end.div_ceil(bs) > self.max_blocks_of(ino)? {
             return Err(FsError::FileTooBig);
         }
-        // Holes in the range become zero-filled dirty blocks, with their space reserved now.
+        // Holes in the range become zero-filled dirty blocks, with their space reserved
+        // first: a fallocate refused for want of space changes nothing.
         let mut holes = Vec::new();
         for idx in offset / bs..end.div_ceil(bs) {
             if self.needs_reservation(ino, idx)? && !self.inode(ino)?.cache.contains_key(&idx) {
@@ -475,6 +469,21 @@ impl Inner {
             }
         }
         self.reserve_for(ino, &holes)?;
+        if mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
+            // zero what the file holds in the range
+            self.punch_hole(ino, offset, end)?;
+        }
+        // The size first: a commit between the batches below (dirty data over its budget, or
+        // `journal=data`'s share of the journal) then shows the range as it ends — the holes
+        // read as zeros — never a zeroed range inside the old size (a torn ZERO_RANGE).
+        let now = Timespec::now().pair();
+        let node = self.inode(ino)?;
+        if !keep_size && end > node.d.size {
+            node.d.size = end;
+            node.d.mtime = now;
+        }
+        node.d.ctime = now;
+        node.dirty = true;
         // One shared zero buffer (cached buffers are never changed in place), and write-back
         // between batches: a large fallocate costs the cache's bookkeeping, not its size in
         // memory.
@@ -485,14 +494,6 @@ impl Inner {
             }
             self.between_batches()?;
         }
-        let now = Timespec::now().pair();
-        let node = self.inode(ino)?;
-        if !keep_size && end > node.d.size {
-            node.d.size = end;
-            node.d.mtime = now;
-        }
-        node.d.ctime = now;
-        node.dirty = true;
         self.after_dirtying()
     }
 
