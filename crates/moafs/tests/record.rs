@@ -83,6 +83,7 @@ fn rename_fsync_workload(mnt: &Path) {
     fs::remove_file(mnt.join("link0")).unwrap();
     fs::remove_file(&db).unwrap();
     fsync_dir(mnt);
+    fallocate_modes(mnt);
     // unlinked while open, and committed so: an orphan in every state until the close
     let held = mnt.join("held");
     let mut h = fs::File::create(&held).unwrap();
@@ -97,6 +98,39 @@ fn rename_fsync_workload(mnt: &Path) {
     metadata_workload(mnt);
     concurrent_workload(mnt);
     pooled_fsyncs(mnt);
+}
+
+/// fallocate's modes through the kernel (util-linux `fallocate`): zero ranges inside and past
+/// the end (the size grows), preallocation past the end with the size kept, holes punched,
+/// within and across blocks, each made durable by an fsync (issue 45 item 2).
+fn fallocate_modes(mnt: &Path) {
+    let f = mnt.join("falloc");
+    fs::write(&f, pattern(50_000, 6000)).unwrap();
+    fs::File::open(&f).unwrap().sync_all().unwrap();
+    let steps: [(&[&str], u64, u64); 7] = [
+        (&["-z"], 1000, 9000),
+        (&["-n"], 40_000, 30_000),
+        (&["-z"], 45_000, 20_000),
+        (&["-p"], 3000, 10_000),
+        (&["-z"], 70_000, 8192),
+        (&["-p"], 100, 200),
+        (&["-z", "-n"], 60_000, 40_000),
+    ];
+    for (flags, off, len) in steps {
+        let out = Command::new("fallocate")
+            .args(flags)
+            .args(["-o", &off.to_string(), "-l", &len.to_string()])
+            .arg(&f)
+            .output()
+            .expect("fallocate(1) (util-linux)");
+        assert!(
+            out.status.success(),
+            "fallocate {flags:?}: {}",
+            text(&out.stderr)
+        );
+        fs::File::open(&f).unwrap().sync_all().unwrap();
+    }
+    assert_eq!(fs::metadata(&f).unwrap().len(), 78_192);
 }
 
 /// Eight threads, each appending 4 KiB to its own file and fsyncing it, 12 times: over
