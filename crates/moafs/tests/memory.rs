@@ -222,9 +222,9 @@ fn a_walk_keeps_the_daemon_s_inodes_within_their_bound() {
             fs::create_dir(mnt.join(format!("d{d}"))).unwrap();
         }
         for i in 0..n {
-            let f = fs::File::create(mnt.join(format!("d{}/f{i}", i % 10))).unwrap();
+            let mut f = fs::File::create(mnt.join(format!("d{}/f{i}", i % 10))).unwrap();
             if i % 2 == 1 {
-                f.set_len(100).unwrap();
+                f.write_all(&[7u8; 100]).unwrap(); // a data block, mapped by an extent
             }
         }
     }

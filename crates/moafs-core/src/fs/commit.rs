@@ -843,7 +843,9 @@ impl Inner {
                 || !n.cache.is_empty()
                 || n.meta_reserved
                 || !n.deep_reserved.is_empty()
-                || n.saved.is_none();
+                // (a size a commit held back with its young data, or any change not yet
+                // saved: what is read back must be what it drops)
+                || n.saved.as_deref() != Some(&n.d);
             if !busy {
                 kept.dropped(*ino, n.parent_hint);
             }
