@@ -48,25 +48,6 @@ impl Tool {
     }
 }
 
-#[cfg(test)]
-mod package_tests {
-    use super::*;
-
-    #[test]
-    fn a_missing_tool_is_named_with_its_package() {
-        assert_eq!(package_of("/sbin/mkfs.xfs"), "xfsprogs");
-        assert_eq!(package_of("fusermount3"), "fuse3");
-        assert_eq!(package_of("bonnie++"), "bonnie++");
-        let e = output(&mut Command::new("moafs-no-such-tool-here"), Path::new("/")).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
-        assert!(
-            e.to_string()
-                .contains("apt-get install moafs-no-such-tool-here"),
-            "{e}"
-        );
-    }
-}
-
 /// Whether `program` is on the PATH.
 pub fn installed(program: &str) -> bool {
     Command::new("sh")
@@ -86,9 +67,9 @@ pub fn package_of(program: &str) -> &str {
         "mkfs.xfs" | "xfs_repair" | "xfs_io" => "xfsprogs",
         "mkfs.btrfs" | "btrfs" => "btrfs-progs",
         "fusermount3" => "fuse3",
-        "losetup" | "blockdev" | "mount" | "umount" => "mount (util-linux)",
+        "losetup" | "mount" | "umount" => "mount",
+        "blockdev" => "util-linux",
         "perf" => "linux-perf",
-        "sqlite3" => "sqlite3",
         "kill" => "procps",
         "sleep" | "sync" => "coreutils",
         "sh" => "dash",
@@ -567,6 +548,20 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_tool_is_named_with_its_package() {
+        assert_eq!(package_of("/sbin/mkfs.xfs"), "xfsprogs");
+        assert_eq!(package_of("fusermount3"), "fuse3");
+        assert_eq!(package_of("bonnie++"), "bonnie++");
+        let e = output(&mut Command::new("moafs-no-such-tool-here"), Path::new("/")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(
+            e.to_string()
+                .contains("apt-get install moafs-no-such-tool-here"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn parses_the_tools_outputs() {

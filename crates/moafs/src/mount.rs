@@ -506,7 +506,7 @@ pub(crate) fn write_stats(path: &Path, fs: &Fs) {
             "follow_memory": [fs.options().cache_follows_memory, fs.options().dirty_follows_memory],
         },
         // inodes in memory and referenced by the kernel (`kept.rs`), and the daemon's peak
-        // resident memory (VmHWM) per referenced inode at the most
+        // resident memory (VmHWM)
         "inodes": fs.inode_counts(),
         "daemon_peak_rss_bytes": peak_rss(),
         // device bytes the engine wrote, by what they were for

@@ -808,7 +808,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Drops clean, unreferenced inodes from memory (they are read again when needed).
     /// Keeps the caches that grow with the files looked at — in-memory inodes, the
     /// inode-table blocks — within their bounds (`kept.rs`); not while a committer job
     /// writes with the lock released (a block not in the inode-table cache must then be
