@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"; cargo fmt --all -- --check
 echo "== cargo clippy"; cargo clippy --workspace --all-targets --release --quiet -- -D warnings
-echo "== mount helpers (mount(8) and umount(8) run /sbin/mount.fuse.moafs, umount.fuse.moafs)"
+echo "== mount helpers (mount(8) and umount(8) run /sbin/mount.fuse{,blk}.moafs, umount.fuse{,blk}.moafs)"
 target/release/moafs install-helpers
 echo "== cargo test (unit, property, real FUSE mounts)"
 cargo test --workspace --release 2>&1 | tee /tmp/moafs-cargo-test.log

@@ -402,13 +402,37 @@ fn backing_of(path: &Path) -> Backing {
     };
     Backing {
         path: path.display().to_string(),
-        fs_type: or_unknown(m.as_ref().map(|m| m.fs_type.clone())),
+        // no mount holds it in this process's view (a chroot whose root is no mount point):
+        // the type statfs(2) tells
+        fs_type: or_unknown(
+            m.as_ref()
+                .map(|m| m.fs_type.clone())
+                .or_else(|| fs_type_by_magic(path)),
+        ),
         source: or_unknown(m.as_ref().map(|m| m.source.clone())),
         mount_options: or_unknown(m.as_ref().map(|m| m.options.clone())),
         scheduler: queue("scheduler").and_then(|s| active_scheduler(&s)),
         rotational: queue("rotational").map(|r| r == "1"),
         device: disk,
     }
+}
+
+/// The type of the file system holding `path` by statfs(2)'s magic number, for the common ones.
+fn fs_type_by_magic(path: &Path) -> Option<String> {
+    use nix::sys::statfs as sf;
+    let t = sf::statfs(path).ok()?.filesystem_type();
+    let name = [
+        (sf::EXT4_SUPER_MAGIC, "ext4"),
+        (sf::XFS_SUPER_MAGIC, "xfs"),
+        (sf::BTRFS_SUPER_MAGIC, "btrfs"),
+        (sf::TMPFS_MAGIC, "tmpfs"),
+        (sf::OVERLAYFS_SUPER_MAGIC, "overlay"),
+        (sf::FUSE_SUPER_MAGIC, "fuse"),
+    ]
+    .into_iter()
+    .find(|(m, _)| *m == t)?
+    .1;
+    Some(name.to_string())
 }
 
 /// The tools whose versions are recorded: name, arguments, and a word the version line holds

@@ -99,24 +99,28 @@ pub struct Counter {
     _dir: tempfile::TempDir,
 }
 
-/// The FUSE connection of the mount at `dir`: its device number (major 0).
+/// The FUSE connection of the mount at `dir`, as the tracepoint names it: the kernel's encoding
+/// of its superblock's device number (major << 20 | minor) — an anonymous device (major 0)
+/// for a `fuse` mount, the block device's for a `fuseblk` one.
 fn connection(dir: &Path) -> io::Result<u64> {
+    let fuse = nix::sys::statfs::statfs(dir)
+        .map_err(io::Error::from)?
+        .filesystem_type()
+        == nix::sys::statfs::FUSE_SUPER_MAGIC;
     let dev = std::fs::metadata(dir)?.dev();
     let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
-    if major != 0 {
+    if !fuse {
         return Err(io::Error::other(format!(
             "{} is not a FUSE mount (device {major}:{minor})",
             dir.display()
         )));
     }
-    Ok(minor)
+    Ok((major << 20) | minor)
 }
 
-/// Whether `dir` is on a FUSE mount (statfs says FUSE, and its device number has major 0).
+/// Whether `dir` is on a FUSE mount (`fuse` or `fuseblk`: statfs says FUSE).
 pub fn is_fuse_mount(dir: &Path) -> bool {
-    let fuse = nix::sys::statfs::statfs(dir)
-        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::FUSE_SUPER_MAGIC);
-    fuse && connection(dir).is_ok()
+    connection(dir).is_ok()
 }
 
 impl Counter {

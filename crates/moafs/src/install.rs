@@ -32,8 +32,12 @@ pub(crate) fn cmd_install(a: &InstallArgs) -> Result<(), String> {
         (sbin.join("fsck.moafs"), &sbin),
         (helper_dir.join("mount.moafs"), &helper_dir),
         (helper_dir.join("mount.fuse.moafs"), &helper_dir),
+        // what mount(8) and umount(8) run for a mount whose type reads fuseblk.moafs (root's
+        // mounts of block devices and image files): remounts and unmounts
+        (helper_dir.join("mount.fuseblk.moafs"), &helper_dir),
         (helper_dir.join("umount.moafs"), &helper_dir),
         (helper_dir.join("umount.fuse.moafs"), &helper_dir),
+        (helper_dir.join("umount.fuseblk.moafs"), &helper_dir),
     ];
     for (link, dir) in links {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

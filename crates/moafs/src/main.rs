@@ -49,10 +49,11 @@ enum Cmd {
     /// log.
     Crashcheck(CrashcheckArgs),
     /// Unmount a moafs mount and wait until its daemon has committed and let go of the image
-    /// (also as umount.fuse.moafs, which umount(8) runs for a fuse.moafs mount).
+    /// (also as umount.fuse.moafs and umount.fuseblk.moafs, which umount(8) runs for a
+    /// fuse.moafs or fuseblk.moafs mount).
     Umount(UmountArgs),
-    /// Symlink mkfs.moafs, fsck.moafs, mount.moafs, mount.fuse.moafs, umount.moafs and
-    /// umount.fuse.moafs to this binary.
+    /// Symlink mkfs.moafs, fsck.moafs, mount.moafs, mount.fuse.moafs, mount.fuseblk.moafs,
+    /// umount.moafs, umount.fuse.moafs and umount.fuseblk.moafs to this binary.
     InstallHelpers(InstallArgs),
     /// Run a benchmark workload on a target, repeated, with mean and 95 % confidence interval.
     Bench(BenchArgs),
@@ -92,8 +93,8 @@ fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
     let sub = match prog.as_str() {
         "mkfs.moafs" => Some("mkfs"),
         "fsck.moafs" => Some("fsck"),
-        "mount.moafs" | "mount.fuse.moafs" => Some("mount"),
-        "umount.moafs" | "umount.fuse.moafs" => Some("umount"),
+        "mount.moafs" | "mount.fuse.moafs" | "mount.fuseblk.moafs" => Some("mount"),
+        "umount.moafs" | "umount.fuse.moafs" | "umount.fuseblk.moafs" => Some("umount"),
         _ => {
             let first = args.get(1).map(|a| a.to_string_lossy().into_owned());
             match first {
@@ -106,7 +107,10 @@ fn rewrite_args(mut args: Vec<OsString>) -> Vec<OsString> {
     };
     if let Some(sub) = sub {
         args.insert(1, sub.into());
-        if matches!(prog.as_str(), "mount.moafs" | "mount.fuse.moafs") {
+        if matches!(
+            prog.as_str(),
+            "mount.moafs" | "mount.fuse.moafs" | "mount.fuseblk.moafs"
+        ) {
             args.insert(2, "--mount-helper".into());
         }
     }
@@ -141,6 +145,7 @@ mod experiment;
 mod fsck;
 mod inspect;
 mod install;
+mod loopdev;
 mod mkfs;
 mod mount;
 mod passthrough;

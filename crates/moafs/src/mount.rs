@@ -36,6 +36,9 @@ pub(crate) struct MountArgs {
     /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
     /// at PATH says so — lines `read OFFSET LEN`, `write OFFSET LEN`, `flush`; see
     /// docs/TESTING.md),
+    /// fuseblk=on|off (as root, an image file is mounted through a loop device the daemon
+    /// attaches, as `fuseblk.moafs`, so that sync(1) and syncfs(2) reach it; default on; off,
+    /// and without root: `fuse.moafs`, which the kernel sends no sync to),
     /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     pub(crate) options: Vec<String>,
@@ -74,6 +77,9 @@ pub(crate) struct MountPlan {
     pub(crate) stats: Option<PathBuf>,
     /// `-o remount` (mount(8) asks the helper to change the flags of a live mount).
     pub(crate) remount: bool,
+    /// `fuseblk=on|off`: as root, an image file is mounted through a loop device as
+    /// `fuseblk.moafs` (so that sync(2) and syncfs(2) reach it; `loopdev.rs`). Default on.
+    pub(crate) fuseblk: bool,
 }
 
 /// Options of mount(8) that mean nothing to the mount itself (fstab bookkeeping).
@@ -123,6 +129,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
         pidfile: None,
         stats: None,
         remount: false,
+        fuseblk: true,
     };
     let num = |k: &str, v: Option<&str>| -> Result<u64, String> {
         let v = v.ok_or_else(|| format!("mount option {k} needs a value ({k}=N)"))?;
@@ -166,6 +173,7 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             }
             "write_behind" => p.engine.write_behind_bytes = size(k, v)?,
             "cowrite" => p.engine.cowrite = on_off(k, v)?,
+            "fuseblk" => p.fuseblk = on_off(k, v)?,
             "bytelog" => p.engine.bytelog = on_off(k, v)?,
             "unlocked_reads" => p.engine.unlocked_reads = on_off(k, v)?,
             "bytelog_writeback" => p.engine.bytelog_writeback = on_off(k, v)?,
@@ -412,6 +420,7 @@ pub(crate) fn serve(
     image: &Path,
     mountpoint: &Path,
     plan: &MountPlan,
+    loop_dev: Option<loopdev::Attached>,
     ready: impl FnOnce(),
 ) -> Result<(), String> {
     let dev = open_image(
@@ -447,13 +456,29 @@ pub(crate) fn serve(
     };
     let fs = Fs::mount_with_tier(dev, tier, plan.engine.clone()).map_err(|e| fs_error(image, e))?;
     let mut cfg = plan.fuse.clone();
-    // The image's absolute path, as a block device's would be: findmnt -S IMAGE, df and
-    // xfstests find the mount by it (the type reads fuse.moafs).
-    cfg.fsname = image.display().to_string();
-    // a block device mounts as fuseblk (root only): sync(2) and syncfs(2) then reach the
-    // engine (SYNCFS), which they never do through a fuse mount
-    cfg.blkdev = is_block_device(image) && nix::unistd::geteuid().is_root();
+    // A block device mounts as fuseblk (root only): sync(2) and syncfs(2) then reach the
+    // engine (SYNCFS), which they never do through a fuse mount, and umount waits for the
+    // daemon's DESTROY. An image file does too, through the loop device attached for it
+    // (the mount's source then reads /dev/loopN, as with mount(8)'s `-o loop`). Otherwise
+    // the source is the image's absolute path, as a block device's would be: findmnt -S
+    // IMAGE, df and xfstests find the mount by it (the type reads fuse.moafs).
+    match &loop_dev {
+        Some(l) => {
+            cfg.fsname = l.path().display().to_string();
+            cfg.blkdev = true;
+        }
+        None => {
+            cfg.fsname = image.display().to_string();
+            cfg.blkdev = is_block_device(image) && nix::unistd::geteuid().is_root();
+        }
+    }
     let fs = Arc::new(fs);
+    let ready = move || {
+        // the mount holds the loop device now: its unmount is the last close, which
+        // detaches it (LO_FLAGS_AUTOCLEAR)
+        drop(loop_dev);
+        ready()
+    };
     let served = moafs_fuse::mount_blocking(fs.clone(), mountpoint, &cfg, ready)
         .map_err(|e| format!("mount on {}: {e}", mountpoint.display()));
     if let Some(rec) = &record {
@@ -649,10 +674,15 @@ pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
         eprintln!("moafs mount: {e}");
         return 1;
     }
+    let loop_dev = loop_for_sync(&image, &plan);
+    // the mount's source in the mount table
+    let source = loop_dev
+        .as_ref()
+        .map_or_else(|| image.clone(), |l| l.path().to_path_buf());
     if a.foreground {
         let pidfile = plan.pidfile.clone();
-        let (img, mp) = (image.clone(), mountpoint.clone());
-        let res = serve(&image, &mountpoint, &plan, || {
+        let (img, mp) = (source, mountpoint.clone());
+        let res = serve(&image, &mountpoint, &plan, loop_dev, || {
             if let Some(p) = &pidfile {
                 write_pidfile(p);
             }
@@ -664,20 +694,43 @@ pub(crate) fn cmd_mount(mut a: MountArgs) -> u8 {
         }
         return report(res);
     }
-    daemonize_and_serve(&image, &mountpoint, &plan)
-}
-
-/// Forks; the child mounts and serves, the parent returns once the mount is ready (exit 0) or
-/// has failed (the child's message, exit 1).
-pub(crate) fn daemonize_and_serve(image: &Path, mountpoint: &Path, plan: &MountPlan) -> u8 {
     match daemonize(plan.log.as_deref(), plan.pidfile.as_deref(), |ready| {
-        serve(image, mountpoint, plan, ready)
+        serve(&image, &mountpoint, &plan, loop_dev, ready)
     }) {
         Ok(()) => {
-            mounts::register_umount_helper(image, mountpoint);
+            mounts::register_umount_helper(&source, &mountpoint);
             0
         }
         Err(e) => report(Err(e)),
+    }
+}
+
+/// The loop device an image file is mounted through, so that sync(1) and syncfs(2) reach it
+/// (`fuseblk=on`, root; `loopdev.rs`). `None` for a block device (it is one) and where none
+/// can be had: then the user is told that sync does not reach the mount.
+fn loop_for_sync(image: &Path, plan: &MountPlan) -> Option<loopdev::Attached> {
+    if is_block_device(image) || !plan.fuseblk {
+        return None;
+    }
+    let unsynced = "sync(1) and syncfs(2) do not reach it; fsync(2) of any file or directory \
+                    commits everything";
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!(
+            "moafs mount: note: {} is mounted as fuse.moafs (not root): {unsynced}",
+            image.display()
+        );
+        return None;
+    }
+    match loopdev::attach(image, plan.engine.read_only) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            eprintln!(
+                "moafs mount: note: no loop device for {} ({e}): mounted as fuse.moafs; \
+                 {unsynced}",
+                image.display()
+            );
+            None
+        }
     }
 }
 

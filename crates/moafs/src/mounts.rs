@@ -3,7 +3,8 @@
 //! `mount -o remount`.
 //!
 //! A moafs mount reads in /proc/mounts as `IMAGE MOUNTPOINT fuse.moafs …`, IMAGE being the
-//! image's absolute path. The daemon holds an exclusive `flock` on the image for as long as it
+//! image's absolute path, or — root's mounts of block devices and of image files, through a
+//! loop device over the file (`loopdev.rs`) — `DEVICE MOUNTPOINT fuseblk.moafs …`. The daemon holds an exclusive `flock` on the image for as long as it
 //! has it open; it lets go only after its last commit. So "the daemon is done with the image"
 //! is "the image's lock can be taken", which is what [`wait_released`] waits for.
 
@@ -115,12 +116,19 @@ fn parent_is_shared(mountpoint: &Path) -> bool {
         .is_some_and(|f| f[6..].iter().any(|o| o.starts_with("shared:")))
 }
 
-/// The moafs mounts whose source is `image` (an absolute path), oldest first.
+/// The image a moafs mount serves: the file under the loop device its source names (an image
+/// file mounted as root, `loopdev.rs`), else its source.
+pub fn image_of(m: &MountEntry) -> PathBuf {
+    crate::loopdev::backing_file(Path::new(&m.source)).unwrap_or_else(|| PathBuf::from(&m.source))
+}
+
+/// The moafs mounts of `image` (an absolute path): whose source is it, or a loop device
+/// over it; oldest first.
 pub fn mounts_of_image(image: &Path) -> Vec<MountEntry> {
     let want = image.to_string_lossy();
     mounts()
         .into_iter()
-        .filter(|m| is_moafs(&m.fstype) && m.source == want)
+        .filter(|m| is_moafs(&m.fstype) && (m.source == want || image_of(m) == image))
         .collect()
 }
 
@@ -308,6 +316,8 @@ fn remount_ignores(opt: &str) -> bool {
             // fixed at mount like the two above; a mount without it refuses chattr +i/+a
             // (EOPNOTSUPP), so ignoring it here leaves nothing unenforced
             | "iflags"
+            // how an image file is mounted (through a loop device or not) is fixed too
+            | "fuseblk"
             // a conversion the mount made (an image already version 3 is left as it is)
             | "extents"
             | "fsname"
@@ -466,8 +476,10 @@ pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
         .ok_or_else(|| format!("{}: not mounted", target.display()))?;
     // The daemon of this mount, by the lock it holds: after the unmount the wait is for it
     // to let go (a new mount may take the image at once, as xfstests generic/604 does).
+    // (read before the unmount: it detaches the loop device an image file is mounted through)
+    let image = image_of(&entry);
     let holders = if is_moafs(&entry.fstype) {
-        lock_holders(Path::new(&entry.source))
+        lock_holders(&image)
     } else {
         Vec::new()
     };
@@ -485,7 +497,6 @@ pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
     if lazy || !is_moafs(&entry.fstype) {
         return Ok(());
     }
-    let image = PathBuf::from(&entry.source);
     if !image.is_absolute() || !mounts_of_image(&image).is_empty() {
         return Ok(());
     }

@@ -28,7 +28,12 @@ fn fresh_image(size: &str) -> (TempDir, PathBuf, PathBuf) {
 /// The helpers umount(8) and mount(8) run must be this build's binary.
 fn require_helpers() {
     let bin = Path::new(BIN).canonicalize().unwrap();
-    for name in ["mount.fuse.moafs", "umount.fuse.moafs"] {
+    for name in [
+        "mount.fuse.moafs",
+        "umount.fuse.moafs",
+        "mount.fuseblk.moafs",
+        "umount.fuseblk.moafs",
+    ] {
         let link = Path::new("/sbin").join(name);
         let target = fs::canonicalize(&link).unwrap_or_default();
         assert_eq!(
@@ -82,14 +87,36 @@ fn mount_reads_as_moafs_of_its_image_with_its_vfs_options() {
         return;
     }
     let (_tmp, img, dir) = fresh_image("32M");
+    let abs = img.canonicalize().unwrap();
+    // As root the image is mounted through a loop device over it, as `fuseblk.moafs` (which
+    // the kernel sends sync to), as mount(8)'s `-o loop` would show it; the kernel detaches
+    // the device at the unmount.
     let m = Mounted::new(&img, &dir, "noatime,nodiratime,noexec");
     let (source, fstype, opts) = mount_entry(&dir).expect("mounted");
-    assert_eq!(source, p(&img.canonicalize().unwrap()));
-    assert_eq!(fstype, "fuse.moafs");
+    assert!(source.starts_with("/dev/loop"), "{source}");
+    let backing = fs::read_to_string(format!(
+        "/sys/block/{}/loop/backing_file",
+        source.trim_start_matches("/dev/")
+    ))
+    .unwrap();
+    assert_eq!(backing.trim_end(), p(&abs));
+    assert_eq!(fstype, "fuseblk.moafs");
     for o in ["rw", "noatime", "nodiratime", "noexec", "nosuid", "nodev"] {
         assert!(opts.split(',').any(|x| x == o), "{o} not in {opts}");
     }
-    // findmnt (what xfstests uses) finds it by its image
+    m.unmount();
+    let attached = run(Command::new("losetup").args(["-n", "-j", p(&abs)]));
+    assert_eq!(
+        text(&attached.stdout),
+        "",
+        "the loop device outlived the mount"
+    );
+    // fuseblk=off: the image itself is the source of a fuse.moafs mount, and findmnt (what
+    // xfstests uses) finds it by the image
+    let m = Mounted::new(&img, &dir, "fuseblk=off");
+    let (source, fstype, _) = mount_entry(&dir).expect("mounted");
+    assert_eq!(source, p(&abs));
+    assert_eq!(fstype, "fuse.moafs");
     let out = run(Command::new("findmnt").args(["-n", "-o", "TARGET", "-S", p(&img)]));
     assert_eq!(text(&out.stdout).trim(), p(&dir.canonicalize().unwrap()));
     m.unmount();

@@ -276,12 +276,7 @@ fn io_uring_stream_helpers_serve_large_reads_and_hand_back_the_rest() {
     write_file(&big, &data).unwrap();
     // The helpers take READs of 256 KiB and more: readahead must be larger than the kernel's
     // 128 KiB default, which the daemon raises from a thread shortly after mounting.
-    let dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&mnt).unwrap());
-    let ra = format!(
-        "/sys/class/bdi/{}:{}/read_ahead_kb",
-        nix::sys::stat::major(dev),
-        nix::sys::stat::minor(dev)
-    );
+    let ra = bdi_dir(&mnt).join("read_ahead_kb").display().to_string();
     let ra_kb = || fs::read_to_string(&ra).ok()?.trim().parse::<u64>().ok();
     let t0 = Instant::now();
     while ra_kb().unwrap_or(0) < 256 && t0.elapsed() < Duration::from_secs(10) {
@@ -363,12 +358,7 @@ fn write_behind_writes_large_files_between_commits() {
     // The daemon lifts FUSE's strict per-mount dirty limit (bdi_strict=1 keeps it), from a
     // thread shortly after mounting, before it raises max_ratio to 20 (the kernel's is 1).
     let expect_strict = |want: &str| {
-        let dev = fs::metadata(&mnt).unwrap().dev();
-        let bdi = format!(
-            "/sys/class/bdi/{}:{}",
-            nix::sys::stat::major(dev),
-            nix::sys::stat::minor(dev)
-        );
+        let bdi = bdi_dir(&mnt).display().to_string();
         let read = |f: &str| fs::read_to_string(format!("{bdi}/{f}")).unwrap_or_default();
         let t0 = Instant::now();
         while read("max_ratio").trim() != "20" && t0.elapsed() < Duration::from_secs(10) {
@@ -711,8 +701,10 @@ fn helper_names_and_mount_fuse_convention() {
         "fsck.moafs",
         "mount.moafs",
         "mount.fuse.moafs",
+        "mount.fuseblk.moafs",
         "umount.moafs",
         "umount.fuse.moafs",
+        "umount.fuseblk.moafs",
     ] {
         let target = fs::read_link(sbin.join(name)).unwrap();
         assert_eq!(target, Path::new(BIN).canonicalize().unwrap(), "{name}");
@@ -938,7 +930,7 @@ fn crash_mid_workload(how: &str) {
     let mnt = tmp.path().join("mnt");
     mkfs(&img, "64M");
     let m = Mounted::new(&img, &mnt, "");
-    let conn = fs::metadata(&mnt).unwrap().dev();
+    let conn = fuse_connection(&mnt);
     let dir = mnt.clone();
     let writer = std::thread::spawn(move || churn_until_gone(&dir));
     sleep(Duration::from_millis(1500));
@@ -954,8 +946,7 @@ fn crash_mid_workload(how: &str) {
                     .args(["-t", "fusectl", "none", p(ctl)])
                     .status()
                     .is_ok_and(|s| s.success());
-            let minor = nix::sys::stat::minor(conn);
-            fs::write(ctl.join(format!("{minor}/abort")), "1").expect("abort the connection");
+            fs::write(ctl.join(format!("{conn}/abort")), "1").expect("abort the connection");
             if mounted_here {
                 let _ = Command::new("umount").arg(ctl).status();
             }
@@ -1409,6 +1400,76 @@ fn sync_reaches_a_block_device_mount() {
         m.unmount();
     }
     let (code, out) = fsck(Path::new(&dev.0));
+    assert_eq!(code, 0, "{out}");
+}
+
+/// An image *file* mounted as root goes through a loop device the daemon attaches, as
+/// `fuseblk.moafs`: `sync` and `sync -f` reach it as on a block device — checked by a SIGKILL
+/// of the daemon right after them, then a remount. The loop device is gone after each
+/// unmount, and `moafs umount IMAGE` finds the mount by the image.
+#[test]
+fn sync_reaches_an_image_file_mount() {
+    if !can_mount() {
+        return;
+    }
+    let (_tmp, img, mnt) = fresh_image("64M");
+    let abs = img.canonicalize().unwrap();
+    let loops_over_image = || {
+        let out = Command::new("losetup")
+            .args(["-n", "-O", "NAME", "-j", p(&abs)])
+            .output()
+            .unwrap();
+        text(&out.stdout).trim().to_string()
+    };
+    for (i, sync) in [&["sync"][..], &["sync", "-f"][..]].into_iter().enumerate() {
+        let m = Mounted::new(&img, &mnt, "");
+        let dev = loops_over_image();
+        assert!(
+            dev.starts_with("/dev/loop"),
+            "no loop device over the image"
+        );
+        let mounts = fs::read_to_string("/proc/mounts").unwrap();
+        assert!(
+            mounts
+                .lines()
+                .any(|l| l.starts_with(&format!("{dev} {} fuseblk.moafs ", p(&mnt)))),
+            "{mounts}"
+        );
+        fs::write(mnt.join(format!("f{i}")), b"synced").unwrap();
+        fs::create_dir(mnt.join(format!("d{i}"))).unwrap();
+        let mut cmd = Command::new(sync[0]);
+        cmd.args(&sync[1..]);
+        if sync.len() > 1 {
+            cmd.arg(&mnt);
+        }
+        assert!(cmd.status().unwrap().success());
+        kill(m.pid, Signal::SIGKILL).unwrap();
+        let m = m.remount_after_crash(&img);
+        assert_eq!(
+            fs::read(mnt.join(format!("f{i}"))).unwrap(),
+            b"synced",
+            "{sync:?}"
+        );
+        assert!(mnt.join(format!("d{i}")).is_dir(), "{sync:?}");
+        let pid = m.pid;
+        // the mount's identity is the image: `moafs umount IMAGE` unmounts it and waits for
+        // the daemon
+        let out = moafs(&["umount", p(&img)]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(!is_mounted(&mnt));
+        // it let go of the image (what `moafs umount` waits for); its exit follows
+        assert!(
+            !image_locked(&img),
+            "moafs umount returned before the daemon let go"
+        );
+        assert!(
+            wait_gone(pid, Duration::from_secs(20)),
+            "the daemon lives on"
+        );
+        drop(m); // nothing left to undo
+        assert_eq!(loops_over_image(), "", "the loop device outlived the mount");
+    }
+    let (code, out) = fsck(&img);
     assert_eq!(code, 0, "{out}");
 }
 

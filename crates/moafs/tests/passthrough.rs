@@ -200,7 +200,8 @@ fn the_transport_is_moafss() {
     let (src, img) = (tmp.path().join("src"), tmp.path().join("img"));
     fs::create_dir(&src).unwrap();
     mkfs(&img, "64M");
-    let a = Mounted::new(&img, &tmp.path().join("moafs"), "");
+    // (a fuse mount of the image, as the passthrough's is, not root's default fuseblk one)
+    let a = Mounted::new(&img, &tmp.path().join("moafs"), "fuseblk=off");
     let b = passthrough(&src, &tmp.path().join("pt"), "");
     // same mount flags and options (only the type differs)
     let (ma, mb) = (mount_options(&a.dir), mount_options(&b.dir));

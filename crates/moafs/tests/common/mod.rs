@@ -359,3 +359,40 @@ pub fn syncs_logged(log: &str) -> (u64, u64, bool) {
     let inline = words[at("in") - 1].parse().unwrap();
     (pooled, inline, uring)
 }
+
+/// The kernel's backing-device directory of the mount at `dir`: /sys/class/bdi/MAJ:MIN of its
+/// device number, `MAJ:MIN-fuseblk` for a `fuseblk` mount (root's mounts of image files and
+/// block devices, whose device number is the block device's).
+pub fn bdi_dir(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(dir).unwrap().dev();
+    let (maj, min) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let blk = PathBuf::from(format!("/sys/class/bdi/{maj}:{min}-fuseblk"));
+    if blk.exists() {
+        blk
+    } else {
+        PathBuf::from(format!("/sys/class/bdi/{maj}:{min}"))
+    }
+}
+
+/// The name of the mount's FUSE connection in /sys/fs/fuse/connections: the kernel's own
+/// encoding of its device number (major << 20 | minor; a `fuse` mount's major is 0).
+pub fn fuse_connection(dir: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(dir).unwrap().dev();
+    let (maj, min) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    ((maj << 20) | min).to_string()
+}
+
+/// Whether some process (a daemon, fsck, mkfs) holds the image's exclusive `flock` now.
+pub fn image_locked(img: &Path) -> bool {
+    use nix::fcntl::{Flock, FlockArg};
+    let file = fs::File::open(img).unwrap();
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(_unlocked_on_drop) => false,
+        Err((_, e)) => {
+            assert_eq!(e, nix::errno::Errno::EWOULDBLOCK, "flock {}", img.display());
+            true
+        }
+    }
+}
