@@ -715,3 +715,65 @@ fn inode_numbers_no_commit_wrote_are_reused_at_once() {
     drop(fs);
     common::fsck_clean(&crashed);
 }
+
+/// FIBMAP (`Fs::bmap`): the address answered holds the file's bytes on the device at once —
+/// data not yet allocated is committed, journaled data (`journal=data`) and a byte-logged
+/// overwrite are taken home first; holes and blocks past the map answer 0; a smaller unit
+/// (1 KiB) addresses inside the block.
+#[test]
+fn bmap_answers_where_the_device_holds_the_bytes() {
+    for mode in [JournalMode::Ordered, JournalMode::Data] {
+        let mem = image(64);
+        let fs = common::mount_with(
+            &mem,
+            MountOptions {
+                journal: mode,
+                ..opts()
+            },
+        );
+        let bs = fs.geometry().block_size as u64;
+        let a = fs.create(ROOT_INO, b"a", 0o644, ME).expect("create").ino;
+        let mut want: Vec<u8> = (0..5 * bs).map(|i| (i % 251) as u8).collect();
+        fs.write(a, 0, &want).expect("write");
+        fs.fsync(a, false).expect("fsync");
+        // a small overwrite made durable by the byte log, and a block never written (a hole)
+        fs.write(a, 100, b"logged").expect("overwrite");
+        fs.fsync(a, false).expect("fsync");
+        want[100..106].copy_from_slice(b"logged");
+        fs.write(a, 7 * bs, &[9u8; 10]).expect("write past a hole");
+        want.resize(7 * bs as usize, 0);
+        want.extend_from_slice(&[9u8; 10]);
+        let dev = mem.clone() as Arc<dyn BlockDevice>;
+        for idx in 0..8u64 {
+            let phys = fs.bmap(a, idx, bs as u32).expect("bmap");
+            if idx == 5 || idx == 6 {
+                assert_eq!(phys, 0, "{mode:?}: block {idx} is a hole");
+                continue;
+            }
+            assert_ne!(phys, 0, "{mode:?}: block {idx} unmapped");
+            let mut got = vec![0u8; bs as usize];
+            dev.read_at(phys * bs, &mut got).expect("read");
+            let from = (idx * bs) as usize;
+            let end = (from + bs as usize).min(want.len());
+            assert!(
+                got[..end - from] == want[from..end],
+                "{mode:?}: block {idx} at {phys} does not hold the file's bytes"
+            );
+            // in 1 KiB units: the second quarter of the block
+            let k = fs.bmap(a, idx * (bs / 1024) + 1, 1024).expect("bmap 1k");
+            assert_eq!(k, phys * (bs / 1024) + 1, "{mode:?}: block {idx}");
+        }
+        assert_eq!(fs.bmap(a, 1 << 40, bs as u32).expect("far"), 0);
+        assert!(
+            fs.bmap(a, 0, 3000).is_err(),
+            "a block size not a power of two"
+        );
+        assert!(matches!(
+            fs.bmap(9999, 0, 4096),
+            Err(moafs_core::FsError::NotFound) | Err(moafs_core::FsError::Stale { .. })
+        ));
+        fs.unmount().expect("unmount");
+        drop(fs);
+        common::fsck_clean(&mem);
+    }
+}

@@ -443,6 +443,43 @@ impl Fs {
         }
         Ok(map)
     }
+    /// FIBMAP (FUSE_BMAP, which the kernel sends to a `fuseblk` mount): the device block, in
+    /// units of `blocksize`, that holds block `block` of the file (in the same units); 0 for
+    /// a hole or past the map. As ext4's bmap writes delayed allocations out and flushes a
+    /// data journal first, what is not home yet gets there before the answer: everything
+    /// unsaved is committed (a new block's address is chosen at its commit), blocks whose
+    /// newest bytes are byte-log records are written home, and what waits for a checkpoint
+    /// (journaled blocks) is checkpointed — so the device holds the file's bytes at the
+    /// address answered (until the file changes again).
+    pub fn bmap(&self, ino: Ino, block: u64, blocksize: u32) -> FsResult<u64> {
+        self.live()?;
+        if !blocksize.is_power_of_two() {
+            return Err(FsError::Invalid {
+                detail: format!("bmap block size {blocksize}"),
+            });
+        }
+        {
+            let mut g = self.lock();
+            g.inode(ino)?;
+            // blocks a commit left to the byte log (write-back logging) go home too
+            g.home_at_next_commit();
+        }
+        self.sync()?;
+        self.checkpoint()?;
+        let mut g = self.lock();
+        let bs = g.bs() as u64;
+        let Some(off) = block.checked_mul(blocksize as u64) else {
+            return Ok(0);
+        };
+        if off / bs >= g.max_blocks_of(ino)? {
+            return Ok(0);
+        }
+        let phys = g.bmap(ino, off / bs)?;
+        if phys == 0 {
+            return Ok(0);
+        }
+        Ok((phys * bs + off % bs) / blocksize as u64)
+    }
     /// Writes everything back and flushes the device.
     pub fn sync(&self) -> FsResult<()> {
         self.live()?;

@@ -232,6 +232,18 @@ impl Inner {
 
     /// Every homeless block goes home with this commit (dirty again, every change in
     /// records: written in place); nothing pins the log after it.
+    /// Makes the next commit write every block home: the homeless blocks are dirty again and
+    /// that commit logs none (FIBMAP, `Fs::bmap`: the device must hold the bytes at home).
+    pub(crate) fn home_at_next_commit(&mut self) {
+        if !self.bytelog_active() {
+            return;
+        }
+        self.clean_homeless();
+        if let Some(log) = self.bytelog.as_mut() {
+            log.clean_next = true;
+        }
+    }
+
     fn clean_homeless(&mut self) {
         let list: Vec<(u64, u64)> = self.book.homeless().map(|(k, _)| *k).collect();
         let mut last = None;

@@ -9,9 +9,9 @@ use crate::reply::{negative_attr, xattr_reply};
 use crate::{ioctl, statx, synctime, uring, MoafsFuse};
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, WriteFlags,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyBmap, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, WriteFlags,
 };
 use moafs_core::fs::iflags;
 use moafs_core::fs::FsyncPhase;
@@ -639,6 +639,16 @@ impl Filesystem for MoafsFuse {
     fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
         self.transport.note();
         Self::empty(reply, self.fs.sync());
+    }
+
+    /// FIBMAP on a `fuseblk` mount (`filefrag` without FIEMAP, boot loaders): the file's
+    /// block on the device, everything written home first (`Fs::bmap`).
+    fn bmap(&self, _req: &Request, ino: INodeNo, blocksize: u32, idx: u64, reply: ReplyBmap) {
+        self.transport.note();
+        match self.fs.bmap(ino.0, idx, blocksize) {
+            Ok(block) => reply.bmap(block),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
