@@ -721,7 +721,16 @@ fn loop_for_sync(image: &Path, plan: &MountPlan) -> Option<loopdev::Attached> {
         );
         return None;
     }
-    match loopdev::attach(image, plan.engine.read_only) {
+    // Read-write even for a read-only mount, as long as the image can be written: the
+    // kernel refuses `remount,rw` of a file system whose block device is read-only (EACCES).
+    let attached = loopdev::attach(image, false).or_else(|e| {
+        if plan.engine.read_only {
+            loopdev::attach(image, true)
+        } else {
+            Err(e)
+        }
+    });
+    match attached {
         Ok(l) => Some(l),
         Err(e) => {
             eprintln!(

@@ -230,6 +230,14 @@ fn remount_read_only_refuses_writes_then_read_write_again() {
     assert_eq!(fs::read(dir.join("a")).unwrap(), data);
     assert_eq!(fs::read(dir.join("b")).unwrap(), b"x");
     m.unmount();
+    // Mounted read-only from the start, the mount can be made read-write: the loop device
+    // an image file is mounted through is writable (the kernel refuses remount,rw of a file
+    // system on a read-only block device with EACCES; xfstests generic/417).
+    let m = Mounted::new(&img, &dir, "ro");
+    run(Command::new("mount").args(["-o", "remount,rw", p(&dir)]));
+    let (_, _, opts) = mount_entry(&dir).unwrap();
+    assert!(opts.starts_with("rw,"), "{opts}");
+    m.unmount();
 }
 
 /// A second mount of a mounted image shows the same file system (as a second mount of a block
