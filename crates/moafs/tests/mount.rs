@@ -1345,6 +1345,29 @@ fn mkfs_size_takes_the_first_bytes_of_a_larger_device() {
     }
 }
 
+/// Writes file `f{i}` and makes directory `d{i}` on `m`, runs `sync` (with `-f`: syncfs of the
+/// mount), SIGKILLs the daemon and mounts `target` again: both must be there.
+fn sync_kill_remount(m: Mounted, target: &Path, i: usize, sync: &[&str]) -> Mounted {
+    let mnt = m.dir.clone();
+    fs::write(mnt.join(format!("f{i}")), b"synced").unwrap();
+    fs::create_dir(mnt.join(format!("d{i}"))).unwrap();
+    let mut cmd = Command::new(sync[0]);
+    cmd.args(&sync[1..]);
+    if sync.len() > 1 {
+        cmd.arg(&mnt);
+    }
+    assert!(cmd.status().unwrap().success());
+    kill(m.pid, Signal::SIGKILL).unwrap();
+    let m = m.remount_after_crash(target);
+    assert_eq!(
+        fs::read(mnt.join(format!("f{i}"))).unwrap(),
+        b"synced",
+        "{sync:?}"
+    );
+    assert!(mnt.join(format!("d{i}")).is_dir(), "{sync:?}");
+    m
+}
+
 /// A block device mounts as `fuseblk.moafs`, for which the kernel sends SYNCFS: `sync` and
 /// `sync -f` (syncfs) make everything durable, as on a kernel file system — checked by a
 /// SIGKILL of the daemon right after them. (A `fuse.moafs` mount of an image file gets no
@@ -1381,22 +1404,7 @@ fn sync_reaches_a_block_device_mount() {
                 .any(|l| l.starts_with(&format!("{} {} fuseblk.moafs ", dev.0, p(&mnt)))),
             "{mounts}"
         );
-        fs::write(mnt.join(format!("f{i}")), b"synced").unwrap();
-        fs::create_dir(mnt.join(format!("d{i}"))).unwrap();
-        let mut cmd = Command::new(sync[0]);
-        cmd.args(&sync[1..]);
-        if sync.len() > 1 {
-            cmd.arg(&mnt);
-        }
-        assert!(cmd.status().unwrap().success());
-        kill(m.pid, Signal::SIGKILL).unwrap();
-        let m = m.remount_after_crash(Path::new(&dev.0));
-        assert_eq!(
-            fs::read(mnt.join(format!("f{i}"))).unwrap(),
-            b"synced",
-            "{sync:?}"
-        );
-        assert!(mnt.join(format!("d{i}")).is_dir(), "{sync:?}");
+        let m = sync_kill_remount(m, Path::new(&dev.0), i, sync);
         m.unmount();
     }
     let (code, out) = fsck(Path::new(&dev.0));
@@ -1435,22 +1443,7 @@ fn sync_reaches_an_image_file_mount() {
                 .any(|l| l.starts_with(&format!("{dev} {} fuseblk.moafs ", p(&mnt)))),
             "{mounts}"
         );
-        fs::write(mnt.join(format!("f{i}")), b"synced").unwrap();
-        fs::create_dir(mnt.join(format!("d{i}"))).unwrap();
-        let mut cmd = Command::new(sync[0]);
-        cmd.args(&sync[1..]);
-        if sync.len() > 1 {
-            cmd.arg(&mnt);
-        }
-        assert!(cmd.status().unwrap().success());
-        kill(m.pid, Signal::SIGKILL).unwrap();
-        let m = m.remount_after_crash(&img);
-        assert_eq!(
-            fs::read(mnt.join(format!("f{i}"))).unwrap(),
-            b"synced",
-            "{sync:?}"
-        );
-        assert!(mnt.join(format!("d{i}")).is_dir(), "{sync:?}");
+        let m = sync_kill_remount(m, &img, i, sync);
         let pid = m.pid;
         // the mount's identity is the image: `moafs umount IMAGE` unmounts it and waits for
         // the daemon
