@@ -1,5 +1,5 @@
 //! `moafs crashcheck LOG`: checks every crash state of a mount recorded with `-o record=LOG`
-//! (`moafs_check::crashcheck`). Exit: 0 every state passed, 1 findings, 2 the log is unreadable.
+//! (and its NVM tier, with `nvm=`) (`moafs_check::crashcheck`). Exit: 0 every state passed, 1 findings, 2 the log is unreadable.
 
 use super::*;
 use moafs_check::crashcheck::{crashcheck, CheckOptions};
@@ -66,6 +66,17 @@ pub(crate) fn cmd_crashcheck(a: &CrashcheckArgs) -> u8 {
             "; no End record (the mount did not end cleanly)"
         }
     );
+    if log.tier_bytes().is_some() {
+        say!(
+            "crashcheck: NVM tier of {} bytes: {} stores, {} persists; {} tier persist points, {} states with the tier persisted past the device's last flush, {} with unpersisted tier stores dropped or torn",
+            log.tier_bytes().unwrap_or(0),
+            r.tier_stores,
+            r.tier_persists,
+            r.persist_points,
+            r.tier_ahead_states,
+            r.tier_lost_states
+        );
+    }
     say!(
         "crashcheck: {} states checked ({} flush points, {} torn/reordered cuts), {} sync promises, {} promise checks, {} orphan states (fsck -n flagged only inodes unlinked while open; the mount freed them), {} finding(s), {:.1} s",
         r.states,

@@ -32,7 +32,7 @@ pub(crate) struct MountArgs {
     /// sync_threads=N (over io_uring, threads serving fsync while the queues go on; default 4 per CPU queue, 0: none),
     /// queue_boost=N|off (over io_uring, the nice value of a queue's thread while callers take turns changing directories; default -10, off: always SCHED_IDLE),
     /// record=PATH (a write log of every device write, flush and fsync promise, for
-    /// `moafs crashcheck PATH`; not with nvm= or ro),
+    /// `moafs crashcheck PATH`, the NVM tier's stores and persists too with nvm=; not with ro),
     /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
     /// at PATH says so — lines `read OFFSET LEN`, `write OFFSET LEN`, `flush`; see
     /// docs/TESTING.md),
@@ -338,9 +338,6 @@ pub(crate) fn parse_mount_options(opts: &[String]) -> Result<MountPlan, String> 
             _ => return Err(format!("unknown mount option {opt}")),
         }
     }
-    if p.record.is_some() && p.nvm.is_some() {
-        return Err("record= does not record an NVM tier: not with nvm=".into());
-    }
     if p.record.is_some() && p.engine.read_only {
         return Err("record= records writes: not with ro".into());
     }
@@ -450,10 +447,20 @@ pub(crate) fn serve(
         // outermost: a request that fails never reaches the write log
         dev = Arc::new(moafs_core::device::SwitchDevice::new(dev, p.clone()));
     }
-    let tier = match &plan.nvm {
+    let mut tier = match &plan.nvm {
         Some(p) => Some(open_tier(p, plan.nvm_model)?),
         None => None,
     };
+    if let Some(rec) = &record {
+        if let Some((nvm, path)) = tier.take() {
+            // the tier's size and contents now, then its stores and persists, in one log
+            // with the device's requests (`device/record.rs`)
+            let nvm = rec
+                .record_tier(nvm)
+                .map_err(|e| format!("record= of the NVM tier {path}: {e}"))?;
+            tier = Some((Arc::new(nvm), path));
+        }
+    }
     let fs = Fs::mount_with_tier(dev, tier, plan.engine.clone()).map_err(|e| fs_error(image, e))?;
     let mut cfg = plan.fuse.clone();
     // A block device mounts as fuseblk (root only): sync(2) and syncfs(2) then reach the
@@ -909,8 +916,8 @@ mod tests {
         let p = parse_mount_options(&["record=/tmp/w.log".into()]).unwrap();
         assert_eq!(p.record, Some(PathBuf::from("/tmp/w.log")));
         assert!(parse_mount_options(&["record=".into()]).is_err());
-        let e = parse_mount_options(&["record=/tmp/w.log,nvm=/dev/shm/t".into()]).unwrap_err();
-        assert!(e.contains("nvm="), "{e}");
+        let p = parse_mount_options(&["record=/tmp/w.log,nvm=/dev/shm/t".into()]).unwrap();
+        assert_eq!(p.nvm, Some(PathBuf::from("/dev/shm/t")));
         assert!(parse_mount_options(&["ro,record=/tmp/w.log".into()]).is_err());
         let dir = tempfile::tempdir().unwrap();
         let (img, mnt) = (dir.path().join("img"), dir.path().join("mnt"));

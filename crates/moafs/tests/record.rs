@@ -592,3 +592,102 @@ fn log_of_a_killed_daemon_is_checked_up_to_its_end() {
     assert!(out.contains("no End record"), "{out}");
     assert!(states_checked(&out) >= 1500, "{out}");
 }
+
+/// The byte in `out` before `tail` on crashcheck's tier line ("N tail").
+fn tier_count(out: &str, tail: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.contains("NVM tier of"))
+        .unwrap_or_else(|| panic!("no tier line in: {out}"));
+    let at = line
+        .find(tail)
+        .unwrap_or_else(|| panic!("no {tail:?} in: {line}"));
+    line[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count before {tail:?} in: {line}"))
+}
+
+#[test]
+fn recorded_mount_with_an_nvm_tier_passes_crashcheck() {
+    if !can_mount() {
+        return;
+    }
+    let tmp = TempDir::new().unwrap();
+    let img = tmp.path().join("img");
+    let mnt = tmp.path().join("mnt");
+    let log = tmp.path().join("write.log");
+    let stats = tmp.path().join("stats.json");
+    mkfs(&img, "32M");
+    let tier = tempfile::Builder::new()
+        .prefix("moafs-record-tier.")
+        .tempfile_in("/dev/shm")
+        .unwrap();
+    tier.as_file().set_len(16 << 20).unwrap();
+    // (the recorded mount is the image's first with the tier: the superblock gains it)
+    let m = Mounted::new(
+        &img,
+        &mnt,
+        &format!(
+            "record={},nvm={},stats={}",
+            p(&log),
+            p(tier.path()),
+            p(&stats)
+        ),
+    );
+    // small fsynced overwrites: byte-log batches under nvm_threshold, which go to the tier;
+    // renames with directory fsyncs between (commits and syncs interleaved with the tier)
+    let db = mnt.join("db");
+    fs::write(&db, pattern(256 << 10, 7000)).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(&db).unwrap();
+    f.sync_all().unwrap();
+    for round in 0..240u64 {
+        let off = (round * 7919) % ((256 << 10) - 300);
+        f.write_all_at(&pattern(1 + (round as usize * 13) % 300, 8000 + round), off)
+            .unwrap();
+        f.sync_data().unwrap();
+        if round % 40 == 39 {
+            let tmp = mnt.join("t.tmp");
+            fs::write(&tmp, pattern(3000 + round as usize, round)).unwrap();
+            fs::File::open(&tmp).unwrap().sync_all().unwrap();
+            fs::rename(&tmp, mnt.join("t")).unwrap();
+            fsync_dir(&mnt);
+        }
+    }
+    drop(f);
+    let pid = m.unmount_with(&[BIN, "umount"]);
+    assert!(
+        wait_gone(pid, std::time::Duration::from_secs(60)),
+        "daemon {pid} still alive"
+    );
+    assert_fsck_clean(&img);
+    let s: serde_json::Value = serde_json::from_str(&fs::read_to_string(&stats).unwrap()).unwrap();
+    let batches = s["engine"]["tier_batches"].as_u64().unwrap_or(0);
+    assert!(batches >= 100, "{batches} tier batches: {s}");
+    let w = WriteLog::read_file(&log).unwrap();
+    assert_eq!(w.tier_bytes(), Some(16 << 20));
+    let stores = w
+        .records
+        .iter()
+        .filter(|r| matches!(r, LogRecord::TierStore { .. }))
+        .count();
+    assert!(stores as u64 >= batches, "{stores} tier stores recorded");
+    let (code, out) = crashcheck(&log, &["--states", "6000", "--seed", "1"]);
+    eprintln!("{out}");
+    if code != 0 {
+        let keep = std::env::temp_dir().join("moafs-record-nvm-failed.log");
+        let _ = fs::copy(&log, &keep);
+        panic!("crashcheck (log kept as {}):\n{out}", keep.display());
+    }
+    assert!(states_checked(&out) >= 3000, "{out}");
+    assert!(tier_count(&out, "tier persist points") >= 100, "{out}");
+    assert!(
+        tier_count(&out, "states with the tier persisted past") >= 1000,
+        "{out}"
+    );
+    assert!(
+        tier_count(&out, "with unpersisted tier stores dropped or torn") >= 100,
+        "{out}"
+    );
+}

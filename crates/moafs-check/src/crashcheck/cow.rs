@@ -1,7 +1,9 @@
 //! [`CowDevice`]: a writable copy-on-write view of an image, so that a crash state costs the
-//! pages its checks write, not an image.
+//! pages its checks write, not an image; [`CowNvm`], the same for an NVM tier.
 
-use moafs_core::device::{check_range, iov_len, BlockDevice, DevResult, DeviceCounters};
+use moafs_core::device::{
+    check_range, iov_len, BlockDevice, DevResult, DeviceCounters, Nvm, NvmCounters,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -83,5 +85,37 @@ impl BlockDevice for CowDevice {
     }
     fn counters(&self) -> DeviceCounters {
         DeviceCounters::default()
+    }
+}
+
+/// A writable copy-on-write view of a tier image (a crash state's NVM tier): the mount's
+/// header store and replay go to private pages.
+pub struct CowNvm(CowDevice);
+
+impl CowNvm {
+    pub fn new(base: Arc<Vec<u8>>) -> CowNvm {
+        CowNvm(CowDevice::new(base))
+    }
+
+    pub(super) fn write_bytes(&self, offset: u64, data: &[u8]) {
+        self.0.write_bytes(offset, data)
+    }
+}
+
+impl Nvm for CowNvm {
+    fn size(&self) -> u64 {
+        self.0.base.len() as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn store(&self, offset: u64, data: &[u8]) -> DevResult<()> {
+        self.0.write_at(offset, data)
+    }
+    fn persist(&self) -> DevResult<()> {
+        Ok(())
+    }
+    fn counters(&self) -> NvmCounters {
+        NvmCounters::default()
     }
 }

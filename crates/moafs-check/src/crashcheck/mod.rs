@@ -16,6 +16,17 @@
 //! `D_i` is built once and advanced interval by interval; every state is a copy-on-write view
 //! of it ([`CowDevice`]), so a state costs the pages its checks write, not an image.
 //!
+//! With an NVM tier (`-o record=,nvm=`: the log holds the tier at mount and its stores and
+//! persists in order with the device's requests), a persist is the tier's barrier, and an
+//! fsync the tier served made its promise at the persist, with no device flush. So each
+//! interval is cut again at the tier's persists into *segments* (between two barriers of
+//! either kind). A state of segment `s` is `D_i` plus a random cut of the interval's writes
+//! issued before `s` ends, and the tier as of its last persist plus its stores since (which may
+//! reach back across the interval's flush) dropped, kept, or kept by 8-byte word
+//! (`device::nvm_cut`, `FaultNvm`'s model); segment 0 draws exactly as without a tier. The
+//! tier may thus be ahead of the device (persisted, the commit's writes lost) or behind it.
+//! Every state mounts with its tier ([`CowNvm`]).
+//!
 //! Each state must pass: `fsck -n` clean; `Fs::mount` (which replays the journal and the byte
 //! log); every promise in force holds — an fsync's (the inode is a regular file with links, of
 //! the promised size and crc32c) and a sync's (the inode's mode, owner, links, extended
@@ -35,7 +46,10 @@
 //! hold. So the state must satisfy every promise whose life overlaps `[L, E]`. A promise
 //! logged inside the interval is covered by a flush at or before the interval's start (its
 //! fsync flushed before returning, and no flush is inside an interval), so demanding it of
-//! the interval's earlier states is sound too.
+//! the interval's earlier states is sound too. With a tier, `L` is also at or after the
+//! state's last kept tier store and `E` is its segment's end; a promise logged before `E` was
+//! made durable by a flush or persist at or before the segment's start (no barrier is inside a
+//! segment), which the state holds.
 //!
 //! The pieces: `plan` (the log cut into intervals, promises and syncs), `promise` (what a
 //! promise holds and how a state is held to it), `cow` ([`CowDevice`]), `state` (what one
@@ -49,7 +63,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use cow::CowDevice;
+pub use cow::{CowDevice, CowNvm};
 pub use run::crashcheck;
 
 /// What to check.
@@ -87,12 +101,24 @@ pub struct CheckReport {
     pub syncs: u64,
     /// Discards in the log (never applied to a crash state).
     pub discards: u64,
+    /// Stores to the NVM tier and its persists in the log (`-o record=,nvm=`).
+    pub tier_stores: u64,
+    pub tier_persists: u64,
     /// Whether the log ends with its `End` record (the mount ended cleanly).
     pub complete: bool,
-    /// States checked: flush points and distinct random cuts.
+    /// States checked: flush points, tier persist points and distinct random cuts.
     pub states: u64,
     pub flush_points: u64,
+    /// States at a tier persist inside a flush interval: the tier as persisted there, none
+    /// of the device's writes since its flush.
+    pub persist_points: u64,
     pub random_cuts: u64,
+    /// States whose tier holds a persist the device's last flush does not cover (the tier
+    /// ahead of the device: cut after a tier persist, before the next device flush).
+    pub tier_ahead_states: u64,
+    /// States that drop or tear some of the tier's stores since its last persist (cut
+    /// between two tier persists, the tier behind what was stored).
+    pub tier_lost_states: u64,
     /// Promise checks made (a promise checked in each state it applies to).
     pub promise_checks: u64,
     /// States whose `fsck -n` before the mount found orphans (inodes unlinked while open) and

@@ -1,13 +1,14 @@
-//! The run ([`crashcheck`]): per flush interval, the states to check — its flush point and
-//! seeded random cuts, each named so that it can be found again — checked on `opts.jobs`
-//! threads over the durable image, which then advances to the next flush point.
+//! The run ([`crashcheck`]): per flush interval, and in it per tier segment (one without a
+//! tier), the states to check — the segment's barrier point and seeded random cuts, each
+//! named so that it can be found again — checked on `opts.jobs` threads over the durable
+//! image and tier, which then advance to the next barrier.
 
-use super::cow::CowDevice;
-use super::plan::{plan, sync_promises, Interval};
+use super::cow::{CowDevice, CowNvm};
+use super::plan::{plan, sync_promises, Interval, Segment};
 use super::promise::Promise;
 use super::state::check_state;
 use super::{CheckOptions, CheckReport, Finding};
-use moafs_core::device::{LogRecord, WriteLog};
+use moafs_core::device::{nvm_cut, LogRecord, NvmCut, WriteLog};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,13 @@ use std::sync::{Arc, Mutex};
 /// Findings after which the run stops (the first ones say what is wrong).
 const FINDINGS_MAX: usize = 20;
 
-/// A state to check: (index into the interval's writes, bytes of it that land), in order.
+/// A state's device writes: (index into the interval's writes, bytes of it that land), in
+/// order.
 type Cut = Vec<(usize, u64)>;
+
+/// A state's unpersisted tier stores: runs of kept bytes (index into the segment's pending
+/// stores, first byte within the store, length), in order.
+type TierCut = Vec<(usize, usize, usize)>;
 
 /// `FaultDevice`'s random cut (each write kept with probability ½, one kept write torn at a
 /// random sector); a write torn to nothing is a write dropped: the same state.
@@ -24,6 +30,18 @@ fn random_cut(writes: &[(u64, u64)], seed: u64) -> Cut {
     let mut kept = moafs_core::device::random_cut(writes, seed);
     kept.retain(|&(_, n)| n > 0);
     kept
+}
+
+/// The tier's cut of a draw: a quarter drop every unpersisted store, a quarter keep them
+/// all, half keep each 8-byte word by a coin (`FaultNvm`'s `NvmCut::Words`).
+fn tier_cut(stores: &[(u64, usize)], seed: u64) -> (TierCut, NvmCut) {
+    let t = mix(seed ^ 0x7469_6572);
+    let how = match t % 4 {
+        0 => NvmCut::DropAll,
+        1 => NvmCut::KeepAll,
+        _ => NvmCut::Words(t),
+    };
+    (nvm_cut(stores, how), how)
 }
 
 /// splitmix64: one seed per (run seed, interval, draw).
@@ -34,13 +52,23 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// One state of an interval to check.
+/// One state of a segment to check.
 struct Job {
     name: String,
     cut: Cut,
-    /// Record index from which the state may be the disk (its last kept write, or the
-    /// interval's start).
+    tier: TierCut,
+    /// Record indices between which the state may be the disk and the tier: from its last
+    /// kept write or store (or the segment's start) to the segment's end.
     from: usize,
+    to: usize,
+    /// Some unpersisted tier store is dropped or torn.
+    tier_lost: bool,
+}
+
+/// What the run keeps while it walks the log: the durable image and tier.
+struct Durable {
+    image: Arc<Vec<u8>>,
+    tier: Option<Arc<Vec<u8>>>,
 }
 
 /// Checks the crash states of `log`; `progress` is called after each interval with the
@@ -52,57 +80,56 @@ pub fn crashcheck(
 ) -> Result<CheckReport, String> {
     let mut report = CheckReport::default();
     let mut plan = plan(log, &mut report)?;
-    let n_int = plan.intervals.len() as u64;
-    let random_total = opts.states.saturating_sub(n_int);
-    let writes_total: u64 = plan.intervals.iter().map(|i| i.writes.len() as u64).sum();
-    let mut image = Arc::new(std::mem::take(&mut plan.base));
+    let segments: u64 = plan.intervals.iter().map(|i| i.segments.len() as u64).sum();
+    let random_total = opts.states.saturating_sub(segments);
+    let weight_total: u64 = plan
+        .intervals
+        .iter()
+        .flat_map(|i| &i.segments)
+        .map(weight)
+        .sum();
+    let mut durable = Durable {
+        image: Arc::new(std::mem::take(&mut plan.base)),
+        tier: plan.tier.take().map(Arc::new),
+    };
     let mut promises = std::mem::take(&mut plan.promises);
     for (k, iv) in plan.intervals.iter().enumerate() {
-        let writes: Vec<(u64, u64)> = iv
-            .writes
-            .iter()
-            .map(|&r| match &log.records[r] {
-                LogRecord::Write { offset, data } => (*offset, data.len() as u64),
-                _ => (0, 0),
-            })
-            .collect();
-        let mut jobs = vec![Job {
-            name: format!("flush point {k} (log record {}; no write since)", iv.start),
-            cut: Vec::new(),
-            from: iv.start,
-        }];
-        if !writes.is_empty() && writes_total > 0 {
-            let want = (random_total * writes.len() as u64).div_ceil(writes_total);
-            let mut seen: HashSet<Cut> = HashSet::new();
-            seen.insert(Vec::new());
-            for draw in 0..want.saturating_mul(4) {
-                if jobs.len() as u64 > want {
-                    break;
-                }
-                let seed = mix(opts.seed ^ mix(k as u64) ^ mix(draw.wrapping_add(1) << 32));
-                let cut = random_cut(&writes, seed);
-                if !seen.insert(cut.clone()) {
-                    continue;
-                }
-                let from = cut.last().map_or(iv.start, |&(w, _)| iv.writes[w]);
-                jobs.push(Job {
-                    name: describe(k, iv, &writes, &cut, seed),
-                    cut,
-                    from,
-                });
-            }
-        }
         for &(start, end) in plan
             .syncs
             .iter()
             .filter(|s| (iv.start..iv.end).contains(&s.1))
         {
-            let made = sync_promises(&plan, &image, start, end);
+            let made = sync_promises(&plan, &durable.image, durable.tier.as_ref(), start, end);
             report.sync_promises += made.len() as u64;
             promises.extend(made);
         }
+        for (j, seg) in iv.segments.iter().enumerate() {
+            if opts.only_interval.is_none_or(|only| only == k) {
+                let want = (random_total * weight(seg)).div_ceil(weight_total.max(1));
+                let jobs = draw(log, opts, (k, iv), (j, seg), want);
+                run_segment(log, &promises, iv, seg, &durable, &jobs, opts, &mut report);
+                if j == 0 {
+                    report.flush_points += 1;
+                } else {
+                    report.persist_points += 1;
+                }
+            }
+            if seg.persisted {
+                // the next tier persist point: every store since the last one is persistent
+                let tier = durable
+                    .tier
+                    .as_mut()
+                    .ok_or("a tier persist without a tier")?;
+                let img = Arc::make_mut(tier);
+                for &r in &seg.stores {
+                    if let LogRecord::TierStore { offset, data } = &log.records[r] {
+                        let o = *offset as usize;
+                        img[o..o + data.len()].copy_from_slice(data);
+                    }
+                }
+            }
+        }
         if opts.only_interval.is_none_or(|only| only == k) {
-            run_interval(log, &promises, iv, &image, &jobs, opts, &mut report);
             progress(&report);
         }
         if opts.only_interval.is_some_and(|only| only <= k) {
@@ -112,7 +139,7 @@ pub fn crashcheck(
             break;
         }
         // the next flush point: every write of this interval landed
-        let img = Arc::make_mut(&mut image);
+        let img = Arc::make_mut(&mut durable.image);
         for &r in &iv.writes {
             if let LogRecord::Write { offset, data } = &log.records[r] {
                 let o = *offset as usize;
@@ -121,6 +148,111 @@ pub fn crashcheck(
         }
     }
     Ok(report)
+}
+
+/// How much of the random cuts a segment gets: the writes and stores a cut of it decides on.
+fn weight(seg: &Segment) -> u64 {
+    (seg.writes + seg.stores.len()) as u64
+}
+
+/// (offset, length) of each of `records` (writes or tier stores).
+fn spans(log: &WriteLog, records: &[usize]) -> Vec<(u64, u64)> {
+    records
+        .iter()
+        .map(|&r| match &log.records[r] {
+            LogRecord::Write { offset, data } | LogRecord::TierStore { offset, data } => {
+                (*offset, data.len() as u64)
+            }
+            _ => (0, 0),
+        })
+        .collect()
+}
+
+/// The states of segment `j` of interval `k`: its barrier point (none of the interval's
+/// writes, no unpersisted store) and up to `want` distinct seeded cuts. Segment 0 draws as
+/// the checker did before tiers were recorded (the same seeds).
+fn draw(
+    log: &WriteLog,
+    opts: &CheckOptions,
+    (k, iv): (usize, &Interval),
+    (j, seg): (usize, &Segment),
+    want: u64,
+) -> Vec<Job> {
+    let writes = spans(log, &iv.writes[..seg.writes]);
+    let stores: Vec<(u64, usize)> = spans(log, &seg.stores)
+        .into_iter()
+        .map(|(o, n)| (o, n as usize))
+        .collect();
+    let name = if j == 0 {
+        format!("flush point {k} (log record {}; no write since)", iv.start)
+    } else {
+        format!(
+            "flush interval {k} (after log record {}) at tier persist {j} (log record {}): none \
+             of its writes kept, no unpersisted tier store",
+            iv.start, seg.start
+        )
+    };
+    let mut jobs = vec![Job {
+        name,
+        cut: Vec::new(),
+        tier: Vec::new(),
+        from: seg.start,
+        to: seg.end,
+        tier_lost: !stores.is_empty(),
+    }];
+    if writes.is_empty() && stores.is_empty() {
+        return jobs;
+    }
+    let salt = if j == 0 { 0 } else { mix((j as u64) << 40) };
+    let mut seen: HashSet<(Cut, TierCut)> = HashSet::new();
+    seen.insert((Vec::new(), Vec::new()));
+    for d in 0..want.saturating_mul(4) {
+        if jobs.len() as u64 > want {
+            break;
+        }
+        let seed = mix(opts.seed ^ mix(k as u64) ^ mix(d.wrapping_add(1) << 32)) ^ salt;
+        let cut = random_cut(&writes, seed);
+        let (tier, how) = if stores.is_empty() {
+            (Vec::new(), NvmCut::DropAll)
+        } else {
+            tier_cut(&stores, seed)
+        };
+        if !seen.insert((cut.clone(), tier.clone())) {
+            continue;
+        }
+        let last_write = cut.last().map_or(0, |&(w, _)| iv.writes[w]);
+        let last_store = tier.last().map_or(0, |&(s, _, _)| seg.stores[s]);
+        let kept: usize = tier.iter().map(|r| r.2).sum();
+        let stored: usize = stores.iter().map(|s| s.1).sum();
+        let mut name = describe(k, iv, &writes, &cut, seed);
+        if j > 0 && stores.is_empty() {
+            name = format!(
+                "{name}; tier segment {j} (after log record {}): no unpersisted store",
+                seg.start
+            );
+        } else if !stores.is_empty() {
+            name = format!(
+                "{name}; tier segment {j} (after log record {}): {kept} of the {stored} bytes of \
+                 its {} unpersisted stores [{}] kept ({how:?})",
+                seg.start,
+                stores.len(),
+                seg.stores
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+        }
+        jobs.push(Job {
+            name,
+            cut,
+            tier,
+            from: seg.start.max(last_write).max(last_store),
+            to: seg.end,
+            tier_lost: kept < stored,
+        });
+    }
+    jobs
 }
 
 fn describe(k: usize, iv: &Interval, writes: &[(u64, u64)], cut: &Cut, seed: u64) -> String {
@@ -148,12 +280,44 @@ fn describe(k: usize, iv: &Interval, writes: &[(u64, u64)], cut: &Cut, seed: u64
     )
 }
 
-/// Checks `jobs` (states of interval `iv` over the durable `image`) on `opts.jobs` threads.
-fn run_interval(
+/// Builds a job's state: the durable image with its kept writes, the durable tier with its
+/// kept stores.
+fn build(
+    log: &WriteLog,
+    iv: &Interval,
+    seg: &Segment,
+    durable: &Durable,
+    job: &Job,
+) -> (Arc<CowDevice>, Option<Arc<CowNvm>>) {
+    let dev = Arc::new(CowDevice::new(durable.image.clone()));
+    for &(w, n) in &job.cut {
+        if let LogRecord::Write { offset, data } = &log.records[iv.writes[w]] {
+            dev.write_bytes(*offset, &data[..n as usize]);
+        }
+    }
+    let tier = durable
+        .tier
+        .as_ref()
+        .map(|t| Arc::new(CowNvm::new(t.clone())));
+    if let Some(t) = &tier {
+        for &(s, from, len) in &job.tier {
+            if let LogRecord::TierStore { offset, data } = &log.records[seg.stores[s]] {
+                t.write_bytes(offset + from as u64, &data[from..from + len]);
+            }
+        }
+    }
+    (dev, tier)
+}
+
+/// Checks `jobs` (states of segment `seg` of interval `iv` over the durable image and tier)
+/// on `opts.jobs` threads.
+#[allow(clippy::too_many_arguments)]
+fn run_segment(
     log: &WriteLog,
     promises: &[Promise],
     iv: &Interval,
-    image: &Arc<Vec<u8>>,
+    seg: &Segment,
+    durable: &Durable,
     jobs: &[Job],
     opts: &CheckOptions,
     report: &mut CheckReport,
@@ -169,18 +333,16 @@ fn run_interval(
             return;
         }
         let job = &jobs[j];
-        let dev = Arc::new(CowDevice::new(image.clone()));
-        for &(w, n) in &job.cut {
-            if let LogRecord::Write { offset, data } = &log.records[iv.writes[w]] {
-                dev.write_bytes(*offset, &data[..n as usize]);
-            }
-        }
+        let (dev, tier) = build(log, iv, seg, durable, job);
+        // every promise alive at some moment the state may be: logged before its window
+        // ends (so made durable by a barrier at or before the segment's start) and not
+        // ended before the window begins
         let due: Vec<Promise> = promises
             .iter()
-            .filter(|p| p.start < iv.end && p.end > job.from)
+            .filter(|p| p.start < job.to && p.end > job.from)
             .cloned()
             .collect();
-        let (bad, n, orphans) = check_state(dev, &due);
+        let (bad, n, orphans) = check_state(dev, tier, &due);
         checks.fetch_add(n, Ordering::Relaxed);
         orphaned.fetch_add(u64::from(orphans), Ordering::Relaxed);
         if !bad.is_empty() {
@@ -203,10 +365,14 @@ fn run_interval(
         }
         worker();
     });
-    let done = (next.load(Ordering::Relaxed) as usize).min(jobs.len()) as u64;
-    report.states += done;
-    report.flush_points += 1;
-    report.random_cuts += done.saturating_sub(1);
+    let done = (next.load(Ordering::Relaxed) as usize).min(jobs.len());
+    report.states += done as u64;
+    report.random_cuts += done.saturating_sub(1) as u64;
+    let ahead = seg.start > iv.start;
+    if ahead {
+        report.tier_ahead_states += done as u64;
+    }
+    report.tier_lost_states += jobs[..done].iter().filter(|j| j.tier_lost).count() as u64;
     report.promise_checks += checks.load(Ordering::Relaxed);
     report.orphan_states += orphaned.load(Ordering::Relaxed);
     let mut f = found.into_inner().unwrap_or_else(|e| e.into_inner());

@@ -29,12 +29,12 @@ pub use file::{write_protected, FileDevice, FileDeviceOptions};
 pub use flash::{FlashCounters, FlashDevice, FlashModel};
 pub use mem::MemDevice;
 pub use model::{HddModel, ModelDevice, ModelKind, SsdModel};
-pub use nvm::{FaultNvm, FileNvm, MemNvm, Nvm, NvmCounters, NvmCut, NvmModel};
+pub use nvm::{nvm_cut, FaultNvm, FileNvm, MemNvm, Nvm, NvmCounters, NvmCut, NvmModel};
 pub(crate) use overlay::patch_blocks;
 pub use overlay::OverlayDevice;
 pub use record::{
-    encode_header, LogError, LogRecord, Note, RecordDevice, WriteLog, BASE_BLOCK_BYTES, LOG_MAGIC,
-    LOG_VERSION,
+    encode_header, LogError, LogRecord, Note, RecordDevice, RecordNvm, WriteLog, BASE_BLOCK_BYTES,
+    LOG_MAGIC, LOG_VERSION, LOG_VERSION_MIN,
 };
 pub use switch::SwitchDevice;
 

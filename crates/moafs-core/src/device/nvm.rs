@@ -323,33 +323,52 @@ impl FaultNvm {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let mut x = match cut {
-            NvmCut::Words(seed) => seed | 1,
-            _ => 1,
-        };
-        for (off, data) in pending.iter() {
-            for (k, b) in data.iter().enumerate() {
-                let at = *off as usize + k;
-                let keep = match cut {
-                    NvmCut::DropAll => false,
-                    NvmCut::KeepAll => true,
-                    NvmCut::Words(_) => {
-                        if at.is_multiple_of(8) || k == 0 {
-                            // a new word: a new coin (xorshift)
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                        }
-                        x & 1 == 1
-                    }
-                };
-                if keep {
-                    img[at] = *b;
-                }
-            }
+        let stores: Vec<(u64, usize)> = pending.iter().map(|(o, d)| (*o, d.len())).collect();
+        for (s, from, len) in nvm_cut(&stores, cut) {
+            let (off, data) = &pending[s];
+            let at = *off as usize + from;
+            img[at..at + len].copy_from_slice(&data[from..from + len]);
         }
         img
     }
+}
+
+/// What a crash keeps of `stores` — (offset, length) of each store since the last persist,
+/// in order — under `cut`: runs of kept bytes as (store index, first byte within the store,
+/// length). `Words(seed)` draws one coin (xorshift) per aligned 8-byte word of each store
+/// (the tier's failure atomicity). The crash harness's [`FaultNvm`] and `moafs crashcheck`
+/// (the tier of a recorded mount) cut with this one function.
+pub fn nvm_cut(stores: &[(u64, usize)], cut: NvmCut) -> Vec<(usize, usize, usize)> {
+    let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+    let mut x = match cut {
+        NvmCut::Words(seed) => seed | 1,
+        _ => 1,
+    };
+    for (s, &(off, len)) in stores.iter().enumerate() {
+        for k in 0..len {
+            let keep = match cut {
+                NvmCut::DropAll => false,
+                NvmCut::KeepAll => true,
+                NvmCut::Words(_) => {
+                    if (off + k as u64).is_multiple_of(8) || k == 0 {
+                        // a new word: a new coin (xorshift)
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                    }
+                    x & 1 == 1
+                }
+            };
+            if !keep {
+                continue;
+            }
+            match runs.last_mut() {
+                Some((rs, from, n)) if *rs == s && *from + *n == k => *n += 1,
+                _ => runs.push((s, k, 1)),
+            }
+        }
+    }
+    runs
 }
 
 impl Nvm for FaultNvm {

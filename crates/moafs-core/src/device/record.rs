@@ -40,10 +40,21 @@
 //!
 //! Discards are passed on and logged, but a crash state does not apply them: as on the fault
 //! device, a crash image does not depend on hints (the log names them so that the image after
-//! the mount can be compared with the log's replay). The NVM tier is not recorded (`record=`
-//! refuses `nvm=`).
+//! the mount can be compared with the log's replay).
+//!
+//! The NVM tier (`-o record=LOG,nvm=PATH`). The byte log's small batches go to the tier, whose
+//! *persist* is its barrier as a flush is the device's; an fsync served by the tier returns
+//! after the persist, without a device flush. So the tier is recorded into the same log
+//! ([`RecordDevice::record_tier`] wraps it in a [`RecordNvm`]), after the device's base and
+//! before the mount's first request: its size (a `Tier` record) and its non-zero 4 KiB
+//! blocks (`TierBase`), then every store (`TierStore`, offset and bytes) and persist
+//! (`TierPersist`) under the same lock as the device's requests, so the log holds one order
+//! of both. The checker then cuts the two apart as a power cut may: a tier persisted while
+//! the device's writes since its last flush are lost, a device flushed while the tier's
+//! stores since its last persist are lost or torn at 8-byte words (`nvm.rs`'s failure model).
+//! Version 2 of the log added these records; a version-1 log (no tier) still reads.
 
-use super::{BlockDevice, DevResult, DeviceCounters, DeviceError};
+use super::{BlockDevice, DevResult, DeviceCounters, DeviceError, Nvm, NvmCounters};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -53,8 +64,10 @@ use std::thread::ThreadId;
 
 /// First bytes of a write log.
 pub const LOG_MAGIC: [u8; 8] = *b"MOAFSWLG";
-/// The write log's format version (docs/FORMAT.md, "Write log").
-pub const LOG_VERSION: u32 = 1;
+/// The write log's format version (docs/FORMAT.md, "Write log"): 2 added the tier's records.
+pub const LOG_VERSION: u32 = 2;
+/// The oldest version this moafs reads (1: no tier records).
+pub const LOG_VERSION_MIN: u32 = 1;
 /// Bytes of the log header.
 pub const LOG_HEADER_BYTES: usize = 32;
 /// Granule of the base image: only non-zero blocks of this size are logged.
@@ -103,6 +116,15 @@ pub enum LogRecord {
     /// A discard of `len` bytes at `offset` (the image may read zeros there since; a crash
     /// state never depends on it, so the checker does not apply it).
     Discard { offset: u64, len: u64 },
+    /// The mount has an NVM tier of `size` bytes (once, before the tier's base and the
+    /// mount's first request; version 2).
+    Tier { size: u64 },
+    /// A block of the tier at mount time (only non-zero 4 KiB blocks are logged).
+    TierBase { offset: u64, data: Vec<u8> },
+    /// A store to the tier, in issue order among the device's requests.
+    TierStore { offset: u64, data: Vec<u8> },
+    /// The tier's persist returned: every store before it is persistent.
+    TierPersist,
 }
 
 impl LogRecord {
@@ -117,12 +139,19 @@ impl LogRecord {
             LogRecord::End => 7,
             LogRecord::SyncStart => 8,
             LogRecord::Discard { .. } => 9,
+            LogRecord::Tier { .. } => 10,
+            LogRecord::TierBase { .. } => 11,
+            LogRecord::TierStore { .. } => 12,
+            LogRecord::TierPersist => 13,
         }
     }
 
     fn payload(&self) -> Vec<u8> {
         match self {
-            LogRecord::Base { offset, data } | LogRecord::Write { offset, data } => {
+            LogRecord::Base { offset, data }
+            | LogRecord::Write { offset, data }
+            | LogRecord::TierBase { offset, data }
+            | LogRecord::TierStore { offset, data } => {
                 let mut p = Vec::with_capacity(8 + data.len());
                 p.extend_from_slice(&offset.to_le_bytes());
                 p.extend_from_slice(data);
@@ -136,14 +165,17 @@ impl LogRecord {
                 p
             }
             LogRecord::Mutated { ino } => ino.to_le_bytes().to_vec(),
+            LogRecord::Tier { size } => size.to_le_bytes().to_vec(),
             LogRecord::Discard { offset, len } => {
                 let mut p = offset.to_le_bytes().to_vec();
                 p.extend_from_slice(&len.to_le_bytes());
                 p
             }
-            LogRecord::Flush | LogRecord::Sync | LogRecord::End | LogRecord::SyncStart => {
-                Vec::new()
-            }
+            LogRecord::Flush
+            | LogRecord::Sync
+            | LogRecord::End
+            | LogRecord::SyncStart
+            | LogRecord::TierPersist => Vec::new(),
         }
     }
 
@@ -179,7 +211,9 @@ pub enum LogError {
         record: u64,
         reason: String,
     },
-    #[error("write log: format version {found}, this moafs reads version {LOG_VERSION}")]
+    #[error(
+        "write log: format version {found}, this moafs reads versions {LOG_VERSION_MIN} to {LOG_VERSION}"
+    )]
     Version { found: u32 },
 }
 
@@ -205,6 +239,14 @@ pub fn encode_header(device_bytes: u64) -> [u8; LOG_HEADER_BYTES] {
 }
 
 impl WriteLog {
+    /// Size of the recorded NVM tier, bytes (its `Tier` record), if the mount had one.
+    pub fn tier_bytes(&self) -> Option<u64> {
+        self.records.iter().find_map(|r| match r {
+            LogRecord::Tier { size } => Some(*size),
+            _ => None,
+        })
+    }
+
     /// Encodes the whole log (header and records, numbered from 0).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = encode_header(self.device_bytes).to_vec();
@@ -230,15 +272,24 @@ impl WriteLog {
     /// Decodes a log; any damage (a short or bad header, a truncated record, a bad crc, an
     /// unknown kind, a record after `End`) is an error naming the byte and the record.
     pub fn decode(bytes: &[u8]) -> Result<WriteLog, LogError> {
-        let device_bytes = decode_header(bytes)?;
+        let (device_bytes, version) = decode_header(bytes)?;
         let mut records = Vec::new();
         let mut pos = LOG_HEADER_BYTES;
+        let mut tier_bytes = None;
         while pos < bytes.len() {
             let index = records.len() as u64;
             if records.last() == Some(&LogRecord::End) {
                 return Err(corrupt("record", pos, index, "data after the End record"));
             }
-            let (r, len) = decode_record(&bytes[pos..], pos, index, device_bytes)?;
+            let bounds = Bounds {
+                device_bytes,
+                tier_bytes,
+                version,
+            };
+            let (r, len) = decode_record(&bytes[pos..], pos, index, &bounds)?;
+            if let LogRecord::Tier { size } = r {
+                tier_bytes = Some(size);
+            }
             records.push(r);
             pos += len;
         }
@@ -270,7 +321,8 @@ fn le_u64(b: &[u8]) -> u64 {
     u64::from_le_bytes(a)
 }
 
-fn decode_header(bytes: &[u8]) -> Result<u64, LogError> {
+/// The header's device size and format version.
+fn decode_header(bytes: &[u8]) -> Result<(u64, u32), LogError> {
     let bad = |reason: &str| corrupt("header", 0, 0, reason);
     if bytes.len() < LOG_HEADER_BYTES {
         return Err(bad(&format!(
@@ -285,7 +337,7 @@ fn decode_header(bytes: &[u8]) -> Result<u64, LogError> {
         return Err(bad("header crc mismatch"));
     }
     let version = le_u32(&bytes[8..]);
-    if version != LOG_VERSION {
+    if !(LOG_VERSION_MIN..=LOG_VERSION).contains(&version) {
         return Err(LogError::Version { found: version });
     }
     let base = le_u32(&bytes[24..]);
@@ -294,7 +346,31 @@ fn decode_header(bytes: &[u8]) -> Result<u64, LogError> {
             "base block size {base}, expected {BASE_BLOCK_BYTES}"
         )));
     }
-    Ok(le_u64(&bytes[16..]))
+    Ok((le_u64(&bytes[16..]), version))
+}
+
+/// What a record is checked against: the device's size, the tier's once its `Tier` record
+/// was read, the log's version.
+struct Bounds {
+    device_bytes: u64,
+    tier_bytes: Option<u64>,
+    version: u32,
+}
+
+/// An offset and bytes (`Base`, `Write`, `TierBase`, `TierStore`) within `size` bytes.
+fn decode_span(p: &[u8], kind: u32, size: u64, what: &str) -> Result<(u64, Vec<u8>), String> {
+    if p.len() < 8 {
+        return Err(format!("kind {kind}: payload of {} bytes", p.len()));
+    }
+    let (offset, data) = (le_u64(p), p[8..].to_vec());
+    let end = offset.checked_add(data.len() as u64);
+    if end.is_none_or(|e| e > size) {
+        return Err(format!(
+            "write of {} bytes at {offset} beyond the {what} ({size} bytes)",
+            data.len()
+        ));
+    }
+    Ok((offset, data))
 }
 
 /// Decodes the record at the start of `b` (at byte `pos` of the log): the record and its
@@ -303,14 +379,16 @@ fn decode_record(
     b: &[u8],
     pos: usize,
     index: u64,
-    device_bytes: u64,
+    bounds: &Bounds,
 ) -> Result<(LogRecord, usize), LogError> {
+    let device_bytes = bounds.device_bytes;
     let bad = |reason: String| corrupt("record", pos, index, reason);
     if b.len() < RECORD_HEAD_BYTES + 4 {
         return Err(bad(format!("truncated: {} bytes left", b.len())));
     }
     let (kind, len) = (le_u32(b), le_u32(&b[4..]) as u64);
-    if len > device_bytes.saturating_add(PAYLOAD_SLACK_BYTES) {
+    let largest = device_bytes.max(bounds.tier_bytes.unwrap_or(0));
+    if len > largest.saturating_add(PAYLOAD_SLACK_BYTES) {
         return Err(bad(format!(
             "payload of {len} bytes on a {device_bytes}-byte device"
         )));
@@ -337,19 +415,20 @@ fn decode_record(
             )))
         }
     };
+    if kind >= 10 && bounds.version < 2 {
+        return Err(bad(format!(
+            "kind {kind} (a tier record) in a version-{} log",
+            bounds.version
+        )));
+    }
+    let tier = || {
+        bounds
+            .tier_bytes
+            .ok_or_else(|| bad(format!("kind {kind}: a tier record before the Tier record")))
+    };
     let r = match kind {
         1 | 2 => {
-            if p.len() < 8 {
-                return Err(bad(format!("kind {kind}: payload of {} bytes", p.len())));
-            }
-            let (offset, data) = (le_u64(p), p[8..].to_vec());
-            let end = offset.checked_add(data.len() as u64);
-            if end.is_none_or(|e| e > device_bytes) {
-                return Err(bad(format!(
-                    "write of {} bytes at {offset} beyond the device ({device_bytes} bytes)",
-                    data.len()
-                )));
-            }
+            let (offset, data) = decode_span(p, kind, device_bytes, "device").map_err(bad)?;
             if kind == 1 {
                 LogRecord::Base { offset, data }
             } else {
@@ -379,6 +458,25 @@ fn decode_record(
             }
             LogRecord::Discard { offset, len }
         }
+        10 => {
+            want(8)?;
+            if bounds.tier_bytes.is_some() {
+                return Err(bad("a second Tier record".into()));
+            }
+            LogRecord::Tier { size: le_u64(p) }
+        }
+        11 | 12 => {
+            let (offset, data) = decode_span(p, kind, tier()?, "tier").map_err(bad)?;
+            if kind == 11 {
+                LogRecord::TierBase { offset, data }
+            } else {
+                LogRecord::TierStore { offset, data }
+            }
+        }
+        13 => {
+            tier()?;
+            want(0).map(|_| LogRecord::TierPersist)?
+        }
         _ => return Err(bad(format!("unknown kind {kind}"))),
     };
     Ok((r, total))
@@ -395,6 +493,11 @@ struct LogState {
     /// Inodes whose `Mutated` is logged since the last sync start or sync, or their last
     /// promise: a `Mutated` is logged only for others.
     noted: HashSet<u64>,
+    /// A request (write, flush, discard, note, tier store or persist) is logged: no base
+    /// record may follow, so a tier is recorded before.
+    requested: bool,
+    /// A tier is recorded (one per log).
+    tier: bool,
     /// The first failure to append: every later request fails (the log is incomplete).
     failed: Option<String>,
     closed: bool,
@@ -408,11 +511,75 @@ impl LogState {
     }
 }
 
+/// The log file, shared by the device and its tier: one lock orders both.
+struct Log {
+    path: PathBuf,
+    state: Mutex<LogState>,
+}
+
+impl Log {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request may go on: not after a failure to append (or after `End`).
+    fn usable(&self, st: &LogState, offset: u64) -> DevResult<()> {
+        match &st.failed {
+            Some(f) => Err(log_failed(offset, f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends `r`; a failure is kept and fails every later request.
+    fn append(&self, st: &mut LogState, r: &LogRecord, offset: u64) -> DevResult<()> {
+        self.usable(st, offset)?;
+        if let Err(e) = st.append(r) {
+            let what = format!("cannot append to {}: {e}", self.path.display());
+            log::error!("{what}");
+            st.failed = Some(what.clone());
+            return Err(log_failed(offset, &what));
+        }
+        Ok(())
+    }
+
+    /// Writes what is buffered to the file (at every barrier: a killed daemon leaves a
+    /// usable log).
+    fn reach_file(&self, st: &mut LogState) -> DevResult<()> {
+        st.out
+            .flush()
+            .map_err(|e| log_failed(0, &format!("flush of {}: {e}", self.path.display())))
+    }
+
+    /// Appends the non-zero `BASE_BLOCK_BYTES` blocks of something of `size` bytes that
+    /// `read` reads, as records `base` makes.
+    fn append_base(
+        &self,
+        st: &mut LogState,
+        size: u64,
+        read: impl Fn(u64, &mut [u8]) -> DevResult<()>,
+        base: impl Fn(u64, Vec<u8>) -> LogRecord,
+    ) -> DevResult<()> {
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut offset = 0;
+        while offset < size {
+            let n = chunk.len().min((size - offset) as usize);
+            read(offset, &mut chunk[..n])?;
+            for (i, block) in chunk[..n].chunks(BASE_BLOCK_BYTES as usize).enumerate() {
+                if block.iter().any(|&b| b != 0) {
+                    let at = offset + (i as u64) * BASE_BLOCK_BYTES as u64;
+                    self.append(st, &base(at, block.to_vec()), at)?;
+                }
+            }
+            offset += n as u64;
+        }
+        Ok(())
+    }
+}
+
 /// A device that logs every write and flush of the device it wraps (see the module doc).
 pub struct RecordDevice {
     inner: Arc<dyn BlockDevice>,
-    path: PathBuf,
-    state: Mutex<LogState>,
+    log: Arc<Log>,
 }
 
 fn log_failed(offset: u64, what: &str) -> DeviceError {
@@ -437,67 +604,72 @@ impl RecordDevice {
             next: 0,
             fsyncing: HashMap::new(),
             noted: HashSet::new(),
+            requested: false,
+            tier: false,
             failed: None,
             closed: false,
         };
         let size = inner.size();
         st.out.write_all(&encode_header(size)).map_err(open_err)?;
-        let mut chunk = vec![0u8; 1 << 20];
-        let mut offset = 0;
-        while offset < size {
-            let n = chunk.len().min((size - offset) as usize);
-            inner.read_at(offset, &mut chunk[..n])?;
-            for (i, block) in chunk[..n].chunks(BASE_BLOCK_BYTES as usize).enumerate() {
-                if block.iter().any(|&b| b != 0) {
-                    let r = LogRecord::Base {
-                        offset: offset + (i as u64) * BASE_BLOCK_BYTES as u64,
-                        data: block.to_vec(),
-                    };
-                    st.append(&r).map_err(open_err)?;
-                }
-            }
-            offset += n as u64;
-        }
-        st.out.flush().map_err(open_err)?;
-        Ok(RecordDevice {
-            inner,
+        let log = Arc::new(Log {
             path: path.to_path_buf(),
             state: Mutex::new(st),
+        });
+        {
+            let mut st = log.lock();
+            log.append_base(
+                &mut st,
+                size,
+                |o, b| inner.read_at(o, b),
+                |offset, data| LogRecord::Base { offset, data },
+            )?;
+            log.reach_file(&mut st)?;
+        }
+        Ok(RecordDevice { inner, log })
+    }
+
+    /// Records the NVM tier `nvm` into this log (module doc): its size and non-zero blocks
+    /// now, then, through the [`RecordNvm`] returned (the tier to mount with), every store and
+    /// persist in order with this device's requests. Only before the mount's first request,
+    /// and once.
+    pub fn record_tier(&self, nvm: Arc<dyn Nvm>) -> DevResult<RecordNvm> {
+        let log = &self.log;
+        let mut st = log.lock();
+        log.usable(&st, 0)?;
+        if st.requested || st.tier {
+            return Err(log_failed(
+                0,
+                "a tier is recorded once, before the mount's first request",
+            ));
+        }
+        st.tier = true;
+        let size = nvm.size();
+        log.append(&mut st, &LogRecord::Tier { size }, 0)?;
+        log.append_base(
+            &mut st,
+            size,
+            |o, b| nvm.read(o, b),
+            |offset, data| LogRecord::TierBase { offset, data },
+        )?;
+        log.reach_file(&mut st)?;
+        Ok(RecordNvm {
+            inner: nvm,
+            log: log.clone(),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LogState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Appends `r`; a failure is kept and fails every later request.
-    fn append(&self, st: &mut LogState, r: &LogRecord, offset: u64) -> DevResult<()> {
-        if let Some(f) = &st.failed {
-            return Err(log_failed(offset, f));
-        }
-        if let Err(e) = st.append(r) {
-            let what = format!("cannot append to {}: {e}", self.path.display());
-            log::error!("{what}");
-            st.failed = Some(what.clone());
-            return Err(log_failed(offset, &what));
-        }
-        Ok(())
-    }
-
     /// Writes the closing `End` record and flushes the log (also done on drop); every later
-    /// write or flush fails.
+    /// write or flush (of the device or its tier) fails.
     pub fn close(&self) -> DevResult<()> {
-        let mut st = self.lock();
+        let mut st = self.log.lock();
         if st.closed {
             return Ok(());
         }
         st.closed = true;
-        self.append(&mut st, &LogRecord::End, 0)?;
+        self.log.append(&mut st, &LogRecord::End, 0)?;
         // nothing may follow the End record: later requests fail
-        st.failed = Some(format!("{} is closed", self.path.display()));
-        st.out
-            .flush()
-            .map_err(|e| log_failed(0, &format!("flush of {}: {e}", self.path.display())))
+        st.failed = Some(format!("{} is closed", self.log.path.display()));
+        self.log.reach_file(&mut st)
     }
 }
 
@@ -523,38 +695,33 @@ impl BlockDevice for RecordDevice {
     }
 
     fn writev_at(&self, offset: u64, bufs: &[&[u8]]) -> DevResult<()> {
-        let mut st = self.lock();
-        if let Some(f) = &st.failed {
-            return Err(log_failed(offset, f));
-        }
+        let mut st = self.log.lock();
+        self.log.usable(&st, offset)?;
+        st.requested = true;
         self.inner.writev_at(offset, bufs)?;
         let r = LogRecord::Write {
             offset,
             data: bufs.concat(),
         };
-        self.append(&mut st, &r, offset)
+        self.log.append(&mut st, &r, offset)
     }
 
     fn flush(&self) -> DevResult<()> {
-        let mut st = self.lock();
-        if let Some(f) = &st.failed {
-            return Err(log_failed(0, f));
-        }
+        let mut st = self.log.lock();
+        self.log.usable(&st, 0)?;
+        st.requested = true;
         self.inner.flush()?;
-        self.append(&mut st, &LogRecord::Flush, 0)?;
-        // the log reaches its file at every barrier: a killed daemon leaves a usable log
-        st.out
-            .flush()
-            .map_err(|e| log_failed(0, &format!("flush of {}: {e}", self.path.display())))
+        self.log.append(&mut st, &LogRecord::Flush, 0)?;
+        self.log.reach_file(&mut st)
     }
 
     fn discard(&self, offset: u64, len: u64) -> DevResult<()> {
-        let mut st = self.lock();
-        if let Some(f) = &st.failed {
-            return Err(log_failed(offset, f));
-        }
+        let mut st = self.log.lock();
+        self.log.usable(&st, offset)?;
+        st.requested = true;
         self.inner.discard(offset, len)?;
-        self.append(&mut st, &LogRecord::Discard { offset, len }, offset)
+        self.log
+            .append(&mut st, &LogRecord::Discard { offset, len }, offset)
     }
 
     fn counters(&self) -> DeviceCounters {
@@ -566,7 +733,8 @@ impl BlockDevice for RecordDevice {
     }
 
     fn note(&self, note: Note) {
-        let mut st = self.lock();
+        let mut st = self.log.lock();
+        st.requested = true;
         let r = match note {
             Note::FsyncStart { ino } => {
                 st.fsyncing
@@ -607,7 +775,51 @@ impl BlockDevice for RecordDevice {
             }
         };
         // a failure is kept and fails the next request
-        let _ = self.append(&mut st, &r, 0);
+        let _ = self.log.append(&mut st, &r, 0);
+    }
+}
+
+/// The NVM tier of a recorded mount ([`RecordDevice::record_tier`]): every store and
+/// persist goes to the tier it wraps and, under the log's lock, into the device's log. A
+/// store is logged together with the store (as a device write); a persist after the
+/// wrapped persist returned (as a flush), and the log reaches its file there.
+pub struct RecordNvm {
+    inner: Arc<dyn Nvm>,
+    log: Arc<Log>,
+}
+
+impl Nvm for RecordNvm {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> DevResult<()> {
+        self.inner.read(offset, buf)
+    }
+
+    fn store(&self, offset: u64, data: &[u8]) -> DevResult<()> {
+        let mut st = self.log.lock();
+        self.log.usable(&st, offset)?;
+        st.requested = true;
+        self.inner.store(offset, data)?;
+        let r = LogRecord::TierStore {
+            offset,
+            data: data.to_vec(),
+        };
+        self.log.append(&mut st, &r, offset)
+    }
+
+    fn persist(&self) -> DevResult<()> {
+        let mut st = self.log.lock();
+        self.log.usable(&st, 0)?;
+        st.requested = true;
+        self.inner.persist()?;
+        self.log.append(&mut st, &LogRecord::TierPersist, 0)?;
+        self.log.reach_file(&mut st)
+    }
+
+    fn counters(&self) -> NvmCounters {
+        self.inner.counters()
     }
 }
 
@@ -641,6 +853,16 @@ mod tests {
                     len: 8192,
                 },
                 LogRecord::Sync,
+                LogRecord::Tier { size: 3 * 4096 },
+                LogRecord::TierBase {
+                    offset: 4096,
+                    data: vec![9; 4096],
+                },
+                LogRecord::TierStore {
+                    offset: 100,
+                    data: vec![4; 30],
+                },
+                LogRecord::TierPersist,
                 LogRecord::End,
             ],
         }
@@ -709,6 +931,101 @@ mod tests {
         b.extend_from_slice(&rec);
         let msg = WriteLog::decode(&b).expect_err("huge").to_string();
         assert!(msg.contains("payload of"), "{msg}");
+    }
+
+    #[test]
+    fn record_log_refuses_tier_records_out_of_place() {
+        let log = |records: Vec<LogRecord>| WriteLog {
+            device_bytes: 64 << 10,
+            records,
+        };
+        let store = LogRecord::TierStore {
+            offset: 0,
+            data: vec![1; 8],
+        };
+        let tier = LogRecord::Tier { size: 4096 };
+        let msg = WriteLog::decode(&log(vec![store.clone()]).encode())
+            .expect_err("a store before the tier")
+            .to_string();
+        assert!(msg.contains("before the Tier record"), "{msg}");
+        let msg = WriteLog::decode(&log(vec![tier.clone(), tier.clone()]).encode())
+            .expect_err("two tiers")
+            .to_string();
+        assert!(msg.contains("second Tier"), "{msg}");
+        let beyond = LogRecord::TierStore {
+            offset: 4090,
+            data: vec![1; 8],
+        };
+        let msg = WriteLog::decode(&log(vec![tier.clone(), beyond]).encode())
+            .expect_err("beyond the tier")
+            .to_string();
+        assert!(msg.contains("beyond the tier"), "{msg}");
+        // a version-1 log has no tier records; without them it still reads
+        let mut b = log(vec![tier, store]).encode();
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..28]);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        let msg = WriteLog::decode(&b).expect_err("v1 tier").to_string();
+        assert!(msg.contains("version-1 log"), "{msg}");
+        let mut b = log(vec![LogRecord::Flush]).encode();
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..28]);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            WriteLog::decode(&b).expect("v1").records,
+            [LogRecord::Flush]
+        );
+    }
+
+    #[test]
+    fn record_device_logs_its_tier_in_order_with_the_device() {
+        use super::super::{MemNvm, NvmModel};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log");
+        let mem = Arc::new(MemDevice::new(64 << 10));
+        let nvm = Arc::new(MemNvm::new(3 * 4096 + 100, NvmModel::None));
+        nvm.store(2 * 4096 + 10, &[5; 3]).expect("tier base");
+        let dev = RecordDevice::create(mem, &path).expect("create");
+        let tier = dev.record_tier(nvm.clone()).expect("record the tier");
+        assert!(dev.record_tier(nvm.clone()).is_err(), "a second tier");
+        dev.write_at(0, &[1; 10]).expect("write");
+        tier.store(8, &[2; 16]).expect("store");
+        tier.persist().expect("persist");
+        dev.flush().expect("flush");
+        assert_eq!(nvm.snapshot()[8..24], [2; 16]);
+        let mut tail = vec![0u8; 4096];
+        tail[10..13].copy_from_slice(&[5; 3]);
+        drop(dev);
+        assert!(tier.store(0, &[1]).is_err(), "a store after the End record");
+        let log = WriteLog::read_file(&path).expect("read");
+        assert_eq!(log.tier_bytes(), Some(3 * 4096 + 100));
+        assert_eq!(
+            log.records,
+            vec![
+                LogRecord::Tier {
+                    size: 3 * 4096 + 100
+                },
+                LogRecord::TierBase {
+                    offset: 2 * 4096,
+                    data: tail
+                },
+                LogRecord::Write {
+                    offset: 0,
+                    data: vec![1; 10]
+                },
+                LogRecord::TierStore {
+                    offset: 8,
+                    data: vec![2; 16]
+                },
+                LogRecord::TierPersist,
+                LogRecord::Flush,
+                LogRecord::End,
+            ]
+        );
+        // too late: the mount's first request is logged
+        let dev = RecordDevice::create(Arc::new(MemDevice::new(4096)), &path).expect("create");
+        dev.flush().expect("flush");
+        assert!(dev.record_tier(nvm).is_err());
     }
 
     fn data_of(log: &WriteLog) -> Vec<u8> {

@@ -204,15 +204,26 @@ impl Superblock {
             let area = b.get(NVM_PATH_AT..NVM_PATH_CRC_AT + 4).ok_or_else(|| {
                 FsError::corrupt("superblock", block, "block too short for the tier's path")
             })?;
-            verify(
+            // The path is a hint (the tier is named at mount, its identity is `nvm_uuid` in
+            // the checked first bytes): an area whose crc fails — the first mount with a tier
+            // writes the feature bit (first sector) and the path (bytes 256..1280) in one
+            // block write, which a power cut can tear between sectors — reads as no path
+            // rather than as a corrupt superblock.
+            if verify(
                 area,
                 NVM_PATH_CRC_AT - NVM_PATH_AT,
                 1,
                 "superblock (tier path)",
                 block,
-            )?;
-            let n = (super::get_u16(area, 0) as usize).min(NVM_PATH_MAX);
-            sb.nvm_path = String::from_utf8_lossy(&area[2..2 + n]).into_owned();
+            )
+            .is_ok()
+            {
+                let n = (super::get_u16(area, 0) as usize).min(NVM_PATH_MAX);
+                sb.nvm_path = String::from_utf8_lossy(&area[2..2 + n]).into_owned();
+            } else {
+                log::warn!("superblock at block {block}: the NVM tier's path is unreadable");
+                sb.nvm_path = String::new();
+            }
         }
         Ok(sb)
     }
