@@ -1097,6 +1097,73 @@ fn norecovery_shows_the_image_as_it_lies_and_writes_nothing() {
     fsck_clean(&dev);
 }
 
+/// `remount,rw` of a read-only mount (`Fs::make_writable`): after a crash the read-only
+/// mount shows the journal's and the byte log's replay and writes nothing; made writable it
+/// writes that replay home, frees the crash's orphan, and takes writes on the inodes it had
+/// handed out — all of it there at the next mount, fsck clean. A `norecovery` mount stays
+/// read-only.
+#[test]
+fn a_read_only_mount_becomes_writable_in_place() {
+    use moafs_core::fs::{MountOptions, ShutdownFlush};
+    let dev = new_dev(32 << 20);
+    let fs = mount(&dev);
+    let f = fs.create(ROOT_INO, b"committed", 0o644, ME).unwrap().ino;
+    fs.write(f, 0, &[b'a'; 10_000]).unwrap();
+    fs.sync().unwrap();
+    // a small overwrite made durable by fsync (the byte log's record), and an orphan
+    fs.write(f, 100, b"fsynced").unwrap();
+    fs.fsync(f, true).unwrap();
+    let o = fs.create(ROOT_INO, b"orphan", 0o644, ME).unwrap().ino;
+    fs.write(o, 0, &[b'o'; 50_000]).unwrap();
+    fs.open(o).unwrap();
+    fs.unlink(ROOT_INO, b"orphan").unwrap();
+    fs.shutdown(ShutdownFlush::All).unwrap();
+    drop(fs);
+    let ro = |no_recovery| MountOptions {
+        read_only: true,
+        no_recovery,
+        ..MountOptions::default()
+    };
+    let raw = mount_with(&dev, ro(true));
+    assert_eq!(raw.make_writable().unwrap_err().to_errno(), libc::EROFS);
+    assert!(raw.create(ROOT_INO, b"x", 0o644, ME).is_err());
+    drop(raw);
+    let before = dev.counters().writes;
+    let fs = mount_with(&dev, ro(false));
+    let ino = fs.lookup(ROOT_INO, b"committed").unwrap().ino;
+    assert_eq!(fs.read(ino, 100, 7).unwrap(), b"fsynced");
+    let free_ro = fs.statfs().free_blocks;
+    assert_eq!(
+        fs.create(ROOT_INO, b"x", 0o644, ME).unwrap_err().to_errno(),
+        libc::EROFS
+    );
+    assert_eq!(dev.counters().writes, before, "a read-only mount wrote");
+    fs.make_writable().unwrap();
+    fs.make_writable().unwrap(); // writable already: nothing to do
+    assert!(dev.counters().writes > before, "the replay went home");
+    assert!(fs.statfs().free_blocks > free_ro, "the orphan was freed");
+    fs.write(ino, 0, b"after the remount").unwrap();
+    let n = fs.create(ROOT_INO, b"new", 0o644, ME).unwrap().ino;
+    fs.write(n, 0, b"new file").unwrap();
+    fs.fsync(n, false).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    fsck_clean(&dev);
+    let fs = mount(&dev);
+    let ino = fs.lookup(ROOT_INO, b"committed").unwrap().ino;
+    let got = fs.read(ino, 0, 10_000).unwrap();
+    assert_eq!(&got[..17], b"after the remount");
+    assert_eq!(&got[100..107], b"fsynced");
+    assert!(got[107..].iter().all(|&b| b == b'a'));
+    let n = fs.lookup(ROOT_INO, b"new").unwrap().ino;
+    assert_eq!(fs.read(n, 0, 100).unwrap(), b"new file");
+    assert!(matches!(
+        fs.lookup(ROOT_INO, b"orphan"),
+        Err(FsError::NotFound)
+    ));
+    fs.unmount().unwrap();
+}
+
 /// The label online: set, durable at once in the primary and the backup superblocks (a
 /// mount whose primary is destroyed still reads it), refused when too long, with a NUL, or
 /// on a read-only mount.

@@ -13,17 +13,7 @@ use std::time::Duration;
 /// /proc/self/mountinfo (no request to this very mount): `noatime`, `relatime` or neither
 /// (`strictatime`), and `nodiratime`. The first mount on that directory is this daemon's.
 pub fn mount_atime_policy(mountpoint: &Path) -> Option<AtimePolicy> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = mountpoint
-        .to_string_lossy()
-        .replace('\\', "\\134")
-        .replace(' ', "\\040")
-        .replace('\t', "\\011")
-        .replace('\n', "\\012");
-    let opts = info.lines().find_map(|l| {
-        let mut f = l.split(' ');
-        (f.nth(4)? == want).then(|| f.next())?
-    })?;
+    let opts = mount_flags(mountpoint)?;
     let has = |o: &str| opts.split(',').any(|x| x == o);
     let mode = if has("noatime") {
         AtimeMode::Never
@@ -38,8 +28,25 @@ pub fn mount_atime_policy(mountpoint: &Path) -> Option<AtimePolicy> {
     })
 }
 
+/// The per-mount flags of the mount on `mountpoint` (`rw,nosuid,...`) in
+/// /proc/self/mountinfo; the first mount on that directory is this daemon's.
+fn mount_flags(mountpoint: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint
+        .to_string_lossy()
+        .replace('\\', "\\134")
+        .replace(' ', "\\040")
+        .replace('\t', "\\011")
+        .replace('\n', "\\012");
+    info.lines().find_map(|l| {
+        let mut f = l.split(' ');
+        (f.nth(4)? == want).then(|| f.next().map(str::to_string))?
+    })
+}
+
 /// The write-back timer: calls `Fs::tick` every second, and follows the atime flags of the
-/// mount ([`mount_atime_policy`]), until stopped.
+/// mount ([`mount_atime_policy`]) and a `remount,rw` the mount helper did not announce (made
+/// without it: `mount -i`, mount(2)), until stopped.
 pub(crate) struct Ticker {
     stop: Arc<(Mutex<bool>, Condvar)>,
     handle: Option<thread::JoinHandle<()>>,
@@ -63,6 +70,25 @@ impl Ticker {
                     }
                 };
                 follow_atime();
+                // A read-only engine under a mount the kernel made read-write: the helper
+                // would have made it writable first (`MOAFS_IOC_WRITABLE`). Tried once.
+                let mut tried_rw = false;
+                let mut follow_rw = || {
+                    if tried_rw || !fs.is_read_only() {
+                        return;
+                    }
+                    let rw =
+                        mount_flags(&mountpoint).is_some_and(|o| o.split(',').next() == Some("rw"));
+                    if rw {
+                        tried_rw = true;
+                        if let Err(e) = fs.make_writable() {
+                            log::error!(
+                                "the mount was made read-write, but the file system cannot \
+                                 be: {e} (writes fail with EROFS)"
+                            );
+                        }
+                    }
+                };
                 let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     let (g, _) = cv
@@ -74,6 +100,7 @@ impl Ticker {
                     }
                     drop(stopped);
                     follow_atime();
+                    follow_rw();
                     if let Err(e) = fs.tick() {
                         log::error!("write-back: {e}");
                     }

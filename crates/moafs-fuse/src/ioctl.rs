@@ -23,6 +23,11 @@
 //!   `i` and `a` need CAP_LINUX_IMMUTABLE) before it sends the request. A flag moafs does not
 //!   honour, or an extent size or project id, is EOPNOTSUPP.
 //!
+//! * `MOAFS_IOC_WRITABLE` (moafs's own, `_IO('m', 1)`, no argument): makes the engine of a
+//!   read-only mount writable (`Fs::make_writable`). The mount helper sends it to the mount's
+//!   root before it asks the kernel for `remount,rw`, so that the first write after the
+//!   remount finds a writable engine. Root only.
+//!
 //! Any other command: ENOTTY, as a file system without it answers.
 
 use moafs_core::fs::{iflags, ShutdownFlush};
@@ -51,6 +56,9 @@ pub(crate) const SETFLAGS: u32 = 0x4008_6602;
 pub(crate) const FSGETXATTR: u32 = 0x801c_581f;
 /// `FS_IOC_FSSETXATTR`.
 pub(crate) const FSSETXATTR: u32 = 0x401c_5820;
+/// `MOAFS_IOC_WRITABLE` (`_IO('m', 1)`): moafs's own (module comment).
+pub const WRITABLE: u32 = 0x6d01;
+
 /// Bytes of `struct fsxattr`.
 const FSXATTR_BYTES: usize = 28;
 
@@ -83,6 +91,8 @@ pub(crate) enum Ioctl {
     /// The inode's flags to set, as `FS_*_FL` bits (an `fsx_xflags` bit moafs does not keep
     /// is an error of `decode`).
     SetFlags(u32),
+    /// Make a read-only mount's engine writable (before `remount,rw`).
+    Writable,
     /// A command moafs does not have.
     Unknown,
 }
@@ -90,7 +100,7 @@ pub(crate) enum Ioctl {
 /// Whether `cmd` is for root only (ext4 and XFS require CAP_SYS_ADMIN; FUSE passes no
 /// capabilities, uid 0 stands for it).
 pub(crate) fn needs_root(cmd: u32) -> bool {
-    matches!(cmd, SHUTDOWN | FITRIM | SETFSLABEL)
+    matches!(cmd, SHUTDOWN | FITRIM | SETFSLABEL | WRITABLE)
 }
 
 /// Decodes `cmd` from caller `pid` whose argument is `arg` (`in_data`: what the kernel
@@ -161,6 +171,7 @@ pub(crate) fn decode(cmd: u32, pid: u32, arg: u64, in_data: &[u8]) -> Result<Ioc
             }
             Ok(Ioctl::SetFlags(flags))
         }
+        WRITABLE => Ok(Ioctl::Writable),
         _ => Ok(Ioctl::Unknown),
     }
 }
@@ -262,6 +273,14 @@ mod tests {
             })
         );
         assert_eq!(decode(FITRIM, 0, 0, &range[..16]), Err(libc::EFAULT));
+    }
+
+    #[test]
+    fn writable_is_moafs_own_argumentless_and_root_only() {
+        // _IO('m', 1): no direction, no size, so the kernel copies nothing either way
+        assert_eq!(WRITABLE, (b'm' as u32) << 8 | 1);
+        assert_eq!(decode(WRITABLE, 0, 0, &[]), Ok(Ioctl::Writable));
+        assert!(needs_root(WRITABLE) && !needs_root(GETFSLABEL));
     }
 
     #[test]

@@ -46,5 +46,6 @@ pub use config::{
     SYNC_THREADS,
 };
 pub use convert::{file_attr, file_type, from_system_time, to_system_time};
+pub use ioctl::WRITABLE as MOAFS_IOC_WRITABLE;
 pub use serve::{mount_blocking, serve};
 pub use transport::{Adapter, Transport, FORGET_PAUSE};

@@ -420,10 +420,15 @@ pub(crate) fn serve(
     loop_dev: Option<loopdev::Attached>,
     ready: impl FnOnce(),
 ) -> Result<(), String> {
+    // A read-only mount opens a writable image for writing all the same (the engine holds
+    // it shut, `HeldDevice`): `remount,rw` then needs no second open of a locked image.
+    let writable_later = plan.engine.read_only
+        && !plan.engine.no_recovery
+        && !moafs_core::device::write_protected(image);
     let dev = open_image(
         image,
         FileDeviceOptions {
-            read_only: plan.engine.read_only,
+            read_only: plan.engine.read_only && !writable_later,
             // the daemon's block cache is the only cache below the mount's page cache
             // (docs/DESIGN.md §Reads); buffered in tmpfs and where O_DIRECT is refused
             direct: plan

@@ -335,10 +335,13 @@ fn remount_ignores(opt: &str) -> bool {
 /// `mount -o remount,OPTS DIR`: changes the VFS flags of the mount at `mountpoint` (read-only
 /// or read-write, atime and the other per-mount flags). Going read-only first writes every
 /// dirty page back and commits (syncfs, then fsync of the root directory, which moafs answers
-/// with a whole commit). The engine's own options cannot change on a remount.
+/// with a whole commit). Going read-write first makes the daemon's engine writable (moafs's
+/// ioctl `MOAFS_IOC_WRITABLE`: the replay a read-only mount held in memory goes home). The
+/// engine's own options cannot change on a remount.
 pub fn remount(mountpoint: &Path, opts: &[String], bind: bool) -> Result<(), String> {
     let mut flags =
         current_flags(mountpoint).map_err(|e| format!("remount {}: {e}", mountpoint.display()))?;
+    let was_read_only = flags.contains(MsFlags::MS_RDONLY);
     for opt in opts.iter().flat_map(|o| o.split(',')) {
         let opt = opt.trim();
         if opt.is_empty() || apply_vfs_option(&mut flags, opt) || remount_ignores(opt) {
@@ -355,6 +358,9 @@ pub fn remount(mountpoint: &Path, opts: &[String], bind: bool) -> Result<(), Str
         root.sync_all()
             .map_err(|e| format!("commit before remount: {e}"))?;
     }
+    if was_read_only && !flags.contains(MsFlags::MS_RDONLY) && !bind {
+        make_writable(mountpoint)?;
+    }
     let extra = if bind {
         MsFlags::MS_BIND
     } else {
@@ -368,6 +374,31 @@ pub fn remount(mountpoint: &Path, opts: &[String], bind: bool) -> Result<(), Str
         None::<&str>,
     )
     .map_err(|e| format!("remount {}: {e}", mountpoint.display()))
+}
+
+/// Asks the daemon of the mount at `mountpoint` to make its engine writable.
+fn make_writable(mountpoint: &Path) -> Result<(), String> {
+    let root = File::open(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    // SAFETY: the descriptor is open for the call, and the command takes no argument (the
+    // kernel copies nothing in or out: `_IO`).
+    let r = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&root),
+            moafs_fuse::MOAFS_IOC_WRITABLE as _,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    Err(match e.raw_os_error() {
+        Some(libc::EROFS) => format!(
+            "cannot remount {} read-write: mounted with norecovery, or the image is \
+             write-protected (unmount, then mount read-write)",
+            mountpoint.display()
+        ),
+        _ => format!("cannot remount {} read-write: {e}", mountpoint.display()),
+    })
 }
 
 /// A second mount of an image that is already mounted: the new mount point shows the same

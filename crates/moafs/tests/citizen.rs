@@ -6,11 +6,14 @@
 //! `mount`/`umount` of util-linux run the helpers in /sbin: `./run test` installs them
 //! (`moafs install-helpers`) before the tests, and the tests check that they are this build's.
 
+use nix::sys::signal::Signal;
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tempfile::TempDir;
 
 mod common;
@@ -237,6 +240,82 @@ fn remount_read_only_refuses_writes_then_read_write_again() {
     run(Command::new("mount").args(["-o", "remount,rw", p(&dir)]));
     let (_, _, opts) = mount_entry(&dir).unwrap();
     assert!(opts.starts_with("rw,"), "{opts}");
+    // and its engine writes (before, EROFS while the mount table said rw)
+    fs::write(dir.join("c"), b"written after remount,rw").unwrap();
+    m.unmount();
+    assert_fsck_clean(&img);
+    // A remount,rw without the helper (mount -i: the daemon is not told) is followed by the
+    // daemon within its next tick.
+    let m = Mounted::new(&img, &dir, "ro");
+    run(Command::new("mount").args(["-i", "-o", "remount,rw", p(&dir)]));
+    let start = std::time::Instant::now();
+    while let Err(e) = fs::write(dir.join("d"), b"d") {
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(10), "still EROFS");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    m.unmount();
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &dir, "");
+    assert_eq!(
+        fs::read(dir.join("c")).unwrap(),
+        b"written after remount,rw"
+    );
+    assert_eq!(fs::read(dir.join("d")).unwrap(), b"d");
+    m.unmount();
+}
+
+/// After a crash, a read-only mount shows what the journal holds and writes nothing; `mount
+/// -o remount,rw` then writes the replay home and takes writes. With norecovery the remount
+/// is refused, saying why, and the mount stays read-only.
+#[test]
+fn a_read_only_mount_after_a_crash_becomes_read_write() {
+    if !can_mount() {
+        return;
+    }
+    require_helpers();
+    let (_tmp, img, dir) = fresh_image("32M");
+    let m = Mounted::new(&img, &dir, "");
+    let data = content(2, 200_000);
+    {
+        let mut f = fs::File::create(dir.join("fsynced")).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+    kill(m.pid, Signal::SIGKILL).unwrap();
+    assert!(wait_gone(m.pid, Duration::from_secs(20)), "daemon alive");
+    drop(m); // detaches the dead mount
+    let image_before = fs::read(&img).unwrap();
+    let m = Mounted::new(&img, &dir, "ro,norecovery");
+    let out = Command::new("mount")
+        .args(["-o", "remount,rw", p(&dir)])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "remount,rw of a norecovery mount");
+    assert!(
+        text(&out.stderr).contains("norecovery"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(mount_entry(&dir).unwrap().2.starts_with("ro,"));
+    m.unmount();
+    let m = Mounted::new(&img, &dir, "ro");
+    assert_eq!(fs::read(dir.join("fsynced")).unwrap(), data);
+    assert!(
+        fs::read(&img).unwrap() == image_before,
+        "a read-only mount wrote"
+    );
+    run(Command::new("mount").args(["-o", "remount,rw", p(&dir)]));
+    fs::write(dir.join("new"), b"after the remount").unwrap();
+    assert!(
+        fs::read(&img).unwrap() != image_before,
+        "the replay went home"
+    );
+    m.unmount();
+    assert_fsck_clean(&img);
+    let m = Mounted::new(&img, &dir, "");
+    assert_eq!(fs::read(dir.join("fsynced")).unwrap(), data);
+    assert_eq!(fs::read(dir.join("new")).unwrap(), b"after the remount");
     m.unmount();
 }
 

@@ -40,7 +40,8 @@ pub(crate) fn patch_blocks<'a>(
     }
 }
 
-fn read_only(offset: u64) -> DeviceError {
+/// The error of a write to a device that refuses writes (EROFS).
+pub(crate) fn read_only(offset: u64) -> DeviceError {
     DeviceError::Io {
         offset,
         len: 0,

@@ -57,6 +57,7 @@ mod node;
 mod ops;
 mod promise;
 mod readahead;
+mod remount;
 mod shutdown;
 mod space;
 mod trim;
@@ -188,6 +189,8 @@ pub struct Fs {
     down: shutdown::Down,
     /// Where fsyncs spend their time (`fsynctime.rs`); a lock of its own.
     fsync_times: fsynctime::FsyncTimes,
+    /// What a read-only mount needs to become read-write (`remount.rs`).
+    remount: remount::Remount,
 }
 
 impl Fs {

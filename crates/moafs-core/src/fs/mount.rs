@@ -4,8 +4,8 @@
 
 use super::alloc::{self, Allocator, Group};
 use super::{
-    aging, behind, bytelog, checkpoint, fetch, journal, shutdown, AtimePolicy, EngineCounters, Fs,
-    Inner, MountOptions, Timespec, ROOT_INO,
+    aging, behind, bytelog, checkpoint, fetch, journal, remount, shutdown, AtimePolicy,
+    EngineCounters, Fs, Inner, MountOptions, Timespec, ROOT_INO,
 };
 use crate::device::BlockDevice;
 use crate::error::{FsError, FsResult};
@@ -41,28 +41,39 @@ impl Fs {
                  the last checkpoint are not shown"
             );
         }
-        if sb.state != STATE_CLEAN && sb.has_journal() && recover {
+        let mut shown = Default::default();
+        let replay = sb.state != STATE_CLEAN && sb.has_journal() && recover;
+        if replay {
             let r = if opts.read_only {
-                // Nothing may be written: mount the replayed view through an overlay.
+                // Nothing may be written: the replayed view is shown from memory.
                 recovery::plan_replay_with(dev.as_ref(), &sb, nvm)?
             } else {
                 recovery::replay_with(dev.as_ref(), &sb, nvm)?
             };
             last_seq = last_seq.max(r.last_seq);
-            if opts.read_only && !r.blocks.is_empty() {
-                dev = Arc::new(crate::device::OverlayDevice::new(
-                    dev,
-                    sb.block_size,
-                    r.blocks,
-                ));
-            }
+            shown = r.blocks;
+        }
+        // A read-only mount holds its device shut (and the tier unattached) until a
+        // `remount,rw` opens it (`remount.rs`); with norecovery it never opens.
+        let held = (opts.read_only && recover).then(|| {
+            Arc::new(crate::device::HeldDevice::new(
+                dev.clone(),
+                sb.block_size,
+                shown,
+            ))
+        });
+        if let Some(h) = &held {
+            dev = h.clone();
+        }
+        if replay {
             sb = read_superblock(dev.as_ref())?;
         }
-        let tier = match tier {
-            Some(t) if !opts.read_only => Some(bytelog::attach_tier(&sb, t)?),
-            _ => None,
+        let (tier, kept) = match tier {
+            Some(t) if !opts.read_only => (Some(bytelog::attach_tier(&sb, t)?), None),
+            t => (None, t),
         };
-        Fs::mount_replayed(dev, opts, sb, last_seq, tier)
+        let remount = remount::Remount::new(held, kept);
+        Fs::mount_replayed(dev, opts, sb, last_seq, tier, remount)
     }
 
     /// Mounts once the journal has been replayed (or is replayed by `dev`, an overlay).
@@ -72,6 +83,7 @@ impl Fs {
         sb: Superblock,
         last_seq: u64,
         tier: Option<(bytelog::Tier, String)>,
+        remount: remount::Remount,
     ) -> FsResult<Fs> {
         let geo = Geometry::from_superblock(&sb);
         if dev.size() < geo.total_blocks * geo.block_size as u64 {
@@ -162,27 +174,7 @@ impl Fs {
             ));
         }
         if !inner.opts.read_only {
-            inner.use_tier(tier);
-            let active = inner.bytelog_active();
-            if let Some(l) = inner.bytelog.as_mut() {
-                l.in_use = active;
-                l.maps = active && inner.opts.bytelog_grow;
-            }
-            if inner.journal.is_some() {
-                inner.sb.features_incompat |= crate::format::FEATURE_JOURNAL_COMPACT;
-            }
-            if inner.opts.convert_to_extents && !inner.sb.has_extents() {
-                // written home below, with the backups, before anything refers to it
-                inner.sb.format_version = crate::format::FORMAT_VERSION;
-                inner.sb.features_incompat |= crate::format::FEATURE_EXTENTS;
-            }
-            inner.sb.state = STATE_MOUNTED;
-            inner.sb.mount_count = inner.sb.mount_count.wrapping_add(1); // a counter only
-            inner.write_superblocks_in_place()?;
-            if unclean {
-                // Files unlinked while open when the system went down.
-                inner.reclaim_orphans()?;
-            }
+            inner.start_writing(tier, unclean)?;
         }
         let recording = inner.dev.records();
         Ok(Fs {
@@ -193,7 +185,42 @@ impl Fs {
             recording,
             down: shutdown::Down::new(fence),
             fsync_times: Default::default(),
+            remount,
         })
+    }
+}
+
+impl Inner {
+    /// A read-write mount's start, at mount or at `remount,rw` (the journal replayed, the
+    /// device writable): the byte log on `tier` or on the image, the superblock marked
+    /// mounted and written, and (`unclean`) the orphans of a crash freed.
+    pub(super) fn start_writing(
+        &mut self,
+        tier: Option<(bytelog::Tier, String)>,
+        unclean: bool,
+    ) -> FsResult<()> {
+        self.use_tier(tier);
+        let active = self.bytelog_active();
+        if let Some(l) = self.bytelog.as_mut() {
+            l.in_use = active;
+            l.maps = active && self.opts.bytelog_grow;
+        }
+        if self.journal.is_some() {
+            self.sb.features_incompat |= crate::format::FEATURE_JOURNAL_COMPACT;
+        }
+        if self.opts.convert_to_extents && !self.sb.has_extents() {
+            // written home below, with the backups, before anything refers to it
+            self.sb.format_version = crate::format::FORMAT_VERSION;
+            self.sb.features_incompat |= crate::format::FEATURE_EXTENTS;
+        }
+        self.sb.state = STATE_MOUNTED;
+        self.sb.mount_count = self.sb.mount_count.wrapping_add(1); // a counter only
+        self.write_superblocks_in_place()?;
+        if unclean {
+            // Files unlinked while open when the system went down.
+            self.reclaim_orphans()?;
+        }
+        Ok(())
     }
 }
 

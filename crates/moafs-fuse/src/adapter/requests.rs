@@ -555,6 +555,10 @@ impl Filesystem for MoafsFuse {
                 }
                 Err(e) => reply.error(errno(&e)),
             },
+            Ok(ioctl::Ioctl::Writable) => match self.fs.make_writable() {
+                Ok(()) => reply.ioctl(0, &[]),
+                Err(e) => reply.error(errno(&e)),
+            },
             Ok(ioctl::Ioctl::GetLabel) => match self.fs.label() {
                 Ok(l) => {
                     let out = ioctl::label_reply(&l);
