@@ -1060,12 +1060,21 @@ fn sparse_writes_near_full_never_fail_a_commit() {
     fsck_clean(&dev);
 }
 
+/// A read-only mount's options, with or without `norecovery`.
+fn read_only(no_recovery: bool) -> moafs_core::fs::MountOptions {
+    moafs_core::fs::MountOptions {
+        read_only: true,
+        no_recovery,
+        ..Default::default()
+    }
+}
+
 /// `norecovery` (with `ro`): the image as it lies — a transaction committed but not yet
 /// written home is not shown, and nothing is written; `ro` alone shows it (replayed through
 /// an overlay), and a read-write mount replays it for good.
 #[test]
 fn norecovery_shows_the_image_as_it_lies_and_writes_nothing() {
-    use moafs_core::fs::{MountOptions, ShutdownFlush};
+    use moafs_core::fs::ShutdownFlush;
     let dev = new_dev(32 << 20);
     let fs = mount(&dev);
     let f = fs.create(ROOT_INO, b"committed", 0o644, ME).unwrap();
@@ -1073,19 +1082,14 @@ fn norecovery_shows_the_image_as_it_lies_and_writes_nothing() {
     // durable in the journal, then down as in a power cut: the checkpoint never ran
     fs.shutdown(ShutdownFlush::All).unwrap();
     drop(fs);
-    let ro = |no_recovery| MountOptions {
-        read_only: true,
-        no_recovery,
-        ..MountOptions::default()
-    };
     let before = dev.counters().writes;
-    let raw = mount_with(&dev, ro(true));
+    let raw = mount_with(&dev, read_only(true));
     assert!(matches!(
         raw.lookup(ROOT_INO, b"committed"),
         Err(FsError::NotFound)
     ));
     drop(raw);
-    let replayed = mount_with(&dev, ro(false));
+    let replayed = mount_with(&dev, read_only(false));
     let ino = replayed.lookup(ROOT_INO, b"committed").unwrap().ino;
     assert_eq!(replayed.read(ino, 0, 100).unwrap(), b"in the journal");
     drop(replayed);
@@ -1104,7 +1108,7 @@ fn norecovery_shows_the_image_as_it_lies_and_writes_nothing() {
 /// read-only.
 #[test]
 fn a_read_only_mount_becomes_writable_in_place() {
-    use moafs_core::fs::{MountOptions, ShutdownFlush};
+    use moafs_core::fs::ShutdownFlush;
     let dev = new_dev(32 << 20);
     let fs = mount(&dev);
     let f = fs.create(ROOT_INO, b"committed", 0o644, ME).unwrap().ino;
@@ -1119,17 +1123,12 @@ fn a_read_only_mount_becomes_writable_in_place() {
     fs.unlink(ROOT_INO, b"orphan").unwrap();
     fs.shutdown(ShutdownFlush::All).unwrap();
     drop(fs);
-    let ro = |no_recovery| MountOptions {
-        read_only: true,
-        no_recovery,
-        ..MountOptions::default()
-    };
-    let raw = mount_with(&dev, ro(true));
+    let raw = mount_with(&dev, read_only(true));
     assert_eq!(raw.make_writable().unwrap_err().to_errno(), libc::EROFS);
     assert!(raw.create(ROOT_INO, b"x", 0o644, ME).is_err());
     drop(raw);
     let before = dev.counters().writes;
-    let fs = mount_with(&dev, ro(false));
+    let fs = mount_with(&dev, read_only(false));
     let ino = fs.lookup(ROOT_INO, b"committed").unwrap().ino;
     assert_eq!(fs.read(ino, 100, 7).unwrap(), b"fsynced");
     let free_ro = fs.statfs().free_blocks;
