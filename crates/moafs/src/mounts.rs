@@ -403,8 +403,26 @@ fn make_writable(mountpoint: &Path) -> Result<(), String> {
 
 /// A second mount of an image that is already mounted: the new mount point shows the same
 /// file system (a bind mount of the first, as a second mount of a block device shares its
-/// superblock), with its own VFS flags.
+/// superblock), with its own VFS flags. As with a block device, it cannot change the file
+/// system's read-only state: read-write beside a read-only mount is refused (the engine
+/// would refuse every write of it).
 pub fn mount_again(existing: &Path, mountpoint: &Path, opts: &[String]) -> Result<(), String> {
+    let mut wanted = current_flags(existing).unwrap_or(MsFlags::empty());
+    if wanted.contains(MsFlags::MS_RDONLY) {
+        for opt in opts.iter().flat_map(|o| o.split(',')) {
+            apply_vfs_option(&mut wanted, opt.trim());
+        }
+        if !wanted.contains(MsFlags::MS_RDONLY) {
+            return Err(format!(
+                "cannot mount on {} read-write: the image is mounted read-only on {}, and a \
+                 second mount cannot change that (mount it with -o ro, or first `mount -o \
+                 remount,rw {}`)",
+                mountpoint.display(),
+                existing.display(),
+                existing.display()
+            ));
+        }
+    }
     nix::mount::mount(
         Some(existing),
         mountpoint,

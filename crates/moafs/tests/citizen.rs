@@ -237,6 +237,23 @@ fn remount_read_only_refuses_writes_then_read_write_again() {
     // an image file is mounted through is writable (the kernel refuses remount,rw of a file
     // system on a read-only block device with EACCES; xfstests generic/417).
     let m = Mounted::new(&img, &dir, "ro");
+    // a second mount read-write beside it is refused, as for a block device (its writes
+    // would all be EROFS); read-only it is a second view
+    let dir2 = dir.with_file_name("second");
+    fs::create_dir(&dir2).unwrap();
+    let out = moafs(&["mount", "-o", "rw", p(&img), p(&dir2)]);
+    assert!(!out.status.success() && !is_mounted(&dir2));
+    assert!(
+        text(&out.stderr).contains("mounted read-only"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = moafs(&["mount", p(&img), p(&dir2)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let second = Mounted::adopt(&dir2, 0);
+    assert!(mount_entry(&dir2).unwrap().2.starts_with("ro,"));
+    assert_eq!(fs::read(dir2.join("a")).unwrap(), data);
+    second.unmount();
     run(Command::new("mount").args(["-o", "remount,rw", p(&dir)]));
     let (_, _, opts) = mount_entry(&dir).unwrap();
     assert!(opts.starts_with("rw,"), "{opts}");
