@@ -108,6 +108,10 @@ elif kind == 'large':
     # 1 MiB chunks, an fsync after each; a new file past 512 MiB
     gen = acked('large.gen')
     n = acked('large')
+    for name in os.listdir(mnt):
+        # one the last kill left between the generation's acknowledgement and its unlink
+        if name.startswith('large.') and name != f'large.{gen}':
+            os.unlink(f'{mnt}/{name}')
     while True:
         path = f'{mnt}/large.{gen}'
         with open(path, 'ab') as f:
@@ -117,9 +121,11 @@ elif kind == 'large':
                 f.flush(); os.fsync(f.fileno())
                 n += 1
                 ack('large', n)
-        os.unlink(path)
+        # the next generation acknowledged before the full file goes (a kill between the
+        # two leaves a file nobody checks, removed at the writer's next start)
         gen += 1; n = 0
         ack('large', 0); ack('large.gen', gen)
+        os.unlink(path)
 elif kind == 'records':
     # 4 KiB records appended with an fsync after each (a mail spool's pattern)
     n = acked('records')

@@ -20,6 +20,10 @@ ROOT=$PWD
 # the moafs binary the helpers run (a copy keeps a run steady while the tree rebuilds)
 MOAFS=${XFSTESTS_MOAFS:-$ROOT/target/release/moafs}
 SRC=${XFSTESTS_SRC:-$ROOT/../shared/xfstests/xfstests-src.tar.gz}
+# Where ../shared is not beside the project (a new clone): the same commit of the public
+# mirror, downloaded once into target/
+XFSTESTS_COMMIT=63a29724a85f1999e49bf0a9bf0d22643b6116e5
+URL=${XFSTESTS_URL:-https://github.com/kdave/xfstests/archive/$XFSTESTS_COMMIT.tar.gz}
 BUILD=$ROOT/target/xfstests
 RESULTS=$ROOT/target/xfstests-results
 # The images and mount points: a fresh directory per run, so a run killed with its mounts
@@ -63,7 +67,7 @@ done
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 
 install_deps() {
-  local pkgs=(acl attr automake bc dbench dump e2fsprogs fio gawk gcc libacl1-dev libaio-dev
+  local pkgs=(acl attr automake bc curl dbench dump e2fsprogs fio gawk gcc libacl1-dev libaio-dev
     libcap-dev libgdbm-dev libtool libtool-bin liburing-dev libuuid1 make psmisc python3 quota
     sed uuid-dev uuid-runtime xfsprogs xfslibs-dev sqlite3)
   local need=()
@@ -82,6 +86,20 @@ install_deps() {
 
 build() {
   local stamp
+  if [ ! -e "$SRC" ] && [ -z "${XFSTESTS_SRC:-}" ]; then
+    local fetched=$ROOT/target/xfstests-$XFSTESTS_COMMIT.tar.gz
+    if [ ! -s "$fetched" ]; then
+      echo "-- $SRC is not here: downloading xfstests $XFSTESTS_COMMIT from $URL"
+      mkdir -p "$ROOT/target"
+      curl -fsSL --retry 3 -o "$fetched.part" "$URL" && mv "$fetched.part" "$fetched" || {
+        rm -f "$fetched.part"
+        echo "xfstests source not found: $SRC, and the download from $URL failed (set" >&2
+        echo "XFSTESTS_SRC to a tarball or a directory of xfstests)" >&2
+        exit 1
+      }
+    fi
+    SRC=$fetched
+  fi
   if [ -d "$SRC" ]; then
     stamp="dir:$(cd "$SRC" && pwd):$(find "$SRC" -type f -newer "$BUILD/.stamp" 2>/dev/null | head -1)"
   elif [ -f "$SRC" ]; then
