@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 mod boost;
+mod inbox;
 mod pool;
 mod server;
 pub use pool::SyncCounts;
@@ -86,7 +87,7 @@ pub struct UringConfig {
     pub payload: usize,
     /// READ requests of at least this many bytes (readahead of a sequential stream) are
     /// served by the queue's stream helper on another CPU; 0: no helpers (see
-    /// [`Inbox`](server::Inbox)).
+    /// [`Inbox`](inbox::Inbox)).
     pub stream_min: usize,
     /// Threads of each queue's sync pool, which serves FSYNC, FSYNCDIR and SYNCFS so that the
     /// queue's thread goes on serving while they wait for a commit ([`pool`]); 0: no pool,

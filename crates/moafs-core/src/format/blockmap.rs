@@ -1,7 +1,7 @@
 //! A file's block map (FORMAT.md section 5, inodes): `N_DIRECT` direct pointers, then a single, a
 //! double and a triple indirect tree whose pointer blocks hold `ptrs_per_block` pointers
 //! each (the last word is the block's checksum). Where a logical block hangs ([`bpath`]),
-//! how many blocks a map can hold ([`max_file_blocks`]), and the walk that every reader of a
+//! how many blocks a map can hold (`super::pointer_map_blocks`), and the walk that every reader of a
 //! whole map goes through ([`walk`], [`runs`]): the engine, fsck and the fuzzing helpers.
 //!
 //! The walk reads nothing itself: its [`MapVisitor`] supplies each indirect block's pointers
@@ -18,12 +18,6 @@ use crate::error::{FsError, FsResult};
 pub enum BPath {
     Direct(usize),
     Indirect { level: usize, offsets: Vec<usize> },
-}
-
-/// The most logical blocks a map of `block_size` blocks holds.
-pub fn max_file_blocks(block_size: u32) -> u64 {
-    let p = ptrs_per_block(block_size);
-    N_DIRECT as u64 + p + p * p + p * p * p
 }
 
 /// Where logical block `idx` hangs (None: beyond the triple indirect tree).
@@ -402,7 +396,7 @@ mod tests {
     #[test]
     fn bpath_ends_where_the_triple_tree_does() {
         for bs in [4096, 16384] {
-            let max = max_file_blocks(bs);
+            let max = crate::format::pointer_map_blocks(bs);
             assert!(bpath(max - 1, bs).is_some());
             assert_eq!(bpath(max, bs), None);
             assert_eq!(

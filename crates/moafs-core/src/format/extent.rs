@@ -25,7 +25,7 @@ pub const LOGICAL_LIMIT: u64 = 1 << 32;
 /// The most logical blocks an extent-mapped file of `block_size` blocks holds: the pointer
 /// map's limit (FORMAT.md section 5) or 2^32 blocks, the smaller (16 KiB blocks: 64 TiB).
 pub fn max_file_blocks(block_size: u32) -> u64 {
-    super::blockmap::max_file_blocks(block_size).min(LOGICAL_LIMIT)
+    super::pointer_map_blocks(block_size).min(LOGICAL_LIMIT)
 }
 /// Where the root starts in an inode slot: its header and first 4 entries (bytes 96..152),
 /// then its other 6 entries (bytes 172..244); bytes 152..160 and 244..252 are zero.
@@ -201,7 +201,7 @@ impl ExtNode {
     pub fn decode_root(slot: &[u8]) -> Result<ExtNode, String> {
         let rest = ROOT_BYTES - ROOT_FIRST;
         if slot[ROOT_AT + ROOT_FIRST..160].iter().any(|x| *x != 0)
-            || slot[ROOT_REST_AT + rest..super::inode::CRC_AT]
+            || slot[ROOT_REST_AT + rest..super::INODE_CRC_AT]
                 .iter()
                 .any(|x| *x != 0)
         {

@@ -22,7 +22,7 @@ pub fn decode_resealed(kind: u8, data: &[u8]) -> usize {
     match kind % COUNT {
         0 => seal(&mut b[..256], SB_CRC_AT, 0),
         1 => seal(&mut b[..64], super::group::CRC_AT, 7),
-        2 => seal(&mut b[..INODE_BYTES], super::inode::CRC_AT, 5),
+        2 => seal(&mut b[..INODE_BYTES], super::INODE_CRC_AT, 5),
         3 => seal(&mut b, 4, dir_salt(5, 0)),
         4 => {
             let at = b.len() - 4;
@@ -212,11 +212,9 @@ impl Structure {
             Structure::GroupHeader { block: b, .. } => {
                 seal(&mut block[..64], super::group::CRC_AT, b)
             }
-            Structure::Inode { ino, off, .. } => seal(
-                &mut block[off..off + INODE_BYTES],
-                super::inode::CRC_AT,
-                ino,
-            ),
+            Structure::Inode { ino, off, .. } => {
+                seal(&mut block[off..off + INODE_BYTES], super::INODE_CRC_AT, ino)
+            }
             Structure::Dir { ino, index, .. } => seal(block, 4, dir_salt(ino, index)),
             Structure::Indirect { block: b } | Structure::ExtentBlock { block: b } => {
                 seal(block, bs - 4, b)

@@ -185,7 +185,7 @@ impl Bounds {
 
     /// Blocks a file can map: 12 direct, then single, double and triple indirect.
     pub fn max_file_blocks(&self) -> u64 {
-        super::blockmap::max_file_blocks(self.geo.block_size)
+        super::pointer_map_blocks(self.geo.block_size)
     }
 
     /// Largest `size` an inode may have.

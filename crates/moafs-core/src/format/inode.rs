@@ -1,13 +1,15 @@
 //! Inode slots: 256 bytes each in the group's inode table, crc salted with the inode number.
 
 use super::extent::ExtNode;
-use super::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, seal, verify, Bounds};
+use super::{
+    get_u16, get_u32, get_u64, put_u16, put_u32, put_u64, seal, verify, Bounds,
+    INODE_CRC_AT as CRC_AT,
+};
 use crate::error::{FsError, FsResult};
 
 pub const INODE_BYTES: usize = 256;
 /// Direct block pointers per inode: a "small file" has at most this many blocks.
 pub const N_DIRECT: usize = 12;
-pub(crate) const CRC_AT: usize = 252;
 /// Most links an inode may have on disk (decode-time rule): far above what moafs makes
 /// (65000), far enough below `u32::MAX` that counting up from it never wraps.
 pub const NLINK_LIMIT: u32 = 1 << 20;

@@ -107,6 +107,18 @@ pub fn ptrs_per_block(block_size: u32) -> u64 {
     (block_size as u64 / 4) - 1
 }
 
+/// The most logical blocks a pointer map (`blockmap.rs`) of `block_size` blocks holds: the
+/// direct pointers, then the single, double and triple indirect trees. An extent-mapped file
+/// is held to it too (`extent::max_file_blocks`).
+pub fn pointer_map_blocks(block_size: u32) -> u64 {
+    let p = ptrs_per_block(block_size);
+    N_DIRECT as u64 + p + p * p + p * p * p
+}
+
+/// Where an inode slot's crc sits (its last 4 bytes, `inode.rs`); an extent root's tail in
+/// the slot (`extent.rs`) ends here.
+pub(crate) const INODE_CRC_AT: usize = 252;
+
 /// Decodes an indirect block (pointers + trailing crc salted with its block number); every
 /// non-zero pointer must name a data block (`bounds`) other than this block.
 pub fn decode_indirect(bytes: &[u8], block: u64, bounds: &Bounds) -> FsResult<Vec<u32>> {

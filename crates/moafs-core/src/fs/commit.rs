@@ -82,6 +82,11 @@ impl Building {
         std::mem::take(&mut self.data_blocks)
     }
 
+    /// Whether nothing is being built: no data runs and no block images.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.out_data.is_empty() && self.blocks.is_empty()
+    }
+
     /// Whether the commit being planned is small (see `small`).
     pub(crate) fn is_small(&self) -> bool {
         self.small
@@ -850,71 +855,5 @@ impl Inner {
             }
             busy
         });
-    }
-}
-
-impl Inner {
-    /// The engine's bookkeeping agrees with the state it summarises (see
-    /// [`super::Fs::check_invariants`]): the first disagreement found, described.
-    pub(crate) fn check_invariants(&self) -> Result<(), String> {
-        let (mut cached, mut dirty, mut reserved, mut meta) = (0u64, 0u64, 0u64, 0u64);
-        let (mut logged, mut homeless) = (0u64, 0u64);
-        for (ino, n) in &self.inodes {
-            let [c, d, r, l, h] = n.cache.recount(&self.book, *ino)?;
-            cached += c;
-            dirty += d;
-            reserved += r;
-            logged += l;
-            homeless += h;
-            meta += n.meta_reserved as u64 + n.deep_reserved.len() as u64;
-            meta += n.ext.as_ref().map_or(0, |e| e.tree_promised());
-            if n.ext.is_some() != n.d.extents.is_some() && n.ext.is_some() {
-                return Err(format!("inode {ino}: an extent map for a pointer map"));
-            }
-            if let Some(d) = &n.dir {
-                if d.blocks.iter().any(|b| b.dirty) && !d.any_dirty {
-                    return Err(format!("directory {ino}: a dirty block but not any_dirty"));
-                }
-                d.check().map_err(|e| format!("directory {ino}: {e}"))?;
-            }
-            if n.unsaved() && !self.touched.contains(ino) {
-                return Err(format!(
-                    "inode {ino}: unsaved changes the next commit would miss"
-                ));
-            }
-        }
-        let kept = (self.book.cached(), self.book.dirty());
-        if (cached, dirty) != kept {
-            return Err(format!(
-                "cache (cached, dirty) counted ({cached}, {dirty}), kept {kept:?}"
-            ));
-        }
-        self.space.check(reserved, meta)?;
-        if self.book.clean_listed() != cached - dirty - homeless {
-            return Err(format!(
-                "{} clean blocks in the age order, {} clean blocks cached",
-                self.book.clean_listed(),
-                cached - dirty - homeless
-            ));
-        }
-        if (logged, homeless) != (self.book.logged(), self.book.homeless_count()) {
-            return Err(format!(
-                "logged / homeless blocks counted {logged} / {homeless}, kept {} / {}",
-                self.book.logged(),
-                self.book.homeless_count()
-            ));
-        }
-        for (blk, b) in &self.ind {
-            if b.dirty && !self.ind_dirty.contains(blk) {
-                return Err(format!("indirect block {blk} dirty but not listed"));
-            }
-        }
-        if !self.epochs.writing()
-            && (!self.building.out_data.is_empty() || !self.building.blocks.is_empty())
-        {
-            return Err("commit buffers left over".into());
-        }
-        self.epochs.check(self.failed)?;
-        self.alloc.check_counts()
     }
 }

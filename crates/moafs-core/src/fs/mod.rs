@@ -48,6 +48,7 @@ mod fsynctime;
 mod grown;
 mod homeless;
 pub mod iflags;
+mod invariants;
 pub mod journal;
 mod kept;
 pub use kept::InodeCounts;

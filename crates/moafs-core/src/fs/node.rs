@@ -259,7 +259,7 @@ impl Inner {
         let bs = self.alloc.geo.block_size;
         Ok(match self.inode(ino)?.d.extents {
             Some(_) => crate::format::extent::max_file_blocks(bs),
-            None => blockmap::max_file_blocks(bs),
+            None => crate::format::pointer_map_blocks(bs),
         })
     }
 

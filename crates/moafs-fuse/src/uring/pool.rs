@@ -7,9 +7,10 @@
 //! waited with it (a create holding its directory's lock in the kernel included), and at most
 //! one fsync per CPU could join a commit: the group commit (`Fs::fsync`) had nobody to group.
 //! With the pool, the queue's thread hands the entry over and goes on; a pool thread serves
-//! the request, and hands the entry back to the thread that owns its ring ([`Inbox`]), which
+//! the request, and hands the entry back to the thread that owns its ring (`inbox.rs`), which
 //! commits the reply there (an entry belongs to the ring that last committed it). Concurrent
-//! fsyncs then wait together, in as many pool threads, and share commits.
+//! fsyncs then wait together, in as many pool threads, and share commits. The pool's threads
+//! are started by `server::spawn_pool`.
 //!
 //! A queue's thread hands a sync request over only when it can wait together with another:
 //! when the pool is busy with one already, or the last came from another caller (jbd2's
@@ -24,11 +25,9 @@
 //! queue's SCHED_IDLE thread: they sleep in the commit's wait, and the commit they run is
 //! work every syncing caller waits for.
 
-use super::server::{pin_to_cpu, Inbox, Servant};
+use super::inbox::Inbox;
 use super::Entry;
-use fuser::{Dispatcher, Filesystem};
 use std::collections::VecDeque;
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -107,7 +106,7 @@ impl SyncPool {
     }
 
     /// The next entry to serve, or `None` once the pool is stopped.
-    fn next(&self) -> Option<(Entry, Arc<Inbox>)> {
+    pub(super) fn next(&self) -> Option<(Entry, Arc<Inbox>)> {
         let mut st = self.lock();
         loop {
             if st.stop {
@@ -120,45 +119,9 @@ impl SyncPool {
             st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
         }
     }
-}
 
-/// Starts `n` pool threads serving `pool`'s entries through `dispatcher`, pinned to `cpu`.
-pub(super) fn spawn<FS: Filesystem>(
-    pool: &Arc<SyncPool>,
-    n: usize,
-    dispatcher: &Dispatcher<FS>,
-    cpu: usize,
-) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
-    let mut threads = Vec::with_capacity(n);
-    for i in 0..n {
-        let (mine, dispatcher) = (pool.clone(), dispatcher.clone());
-        // (the log names pool threads from 1000 on, queues by their CPU)
-        let mut servant = Servant::new(1000 + i as u16, dispatcher);
-        let t = std::thread::Builder::new()
-            .name(format!("moafs-sync-{cpu}"))
-            .spawn(move || {
-                if let Err(e) = pin_to_cpu(cpu) {
-                    log::info!("io_uring sync pool: not pinned to CPU {cpu}: {e}");
-                }
-                while let Some((mut entry, back)) = mine.next() {
-                    let (commit_id, _destroy) = servant.serve(&mut entry);
-                    mine.lock().serving -= 1;
-                    if let Err(e) = back.put_replied(entry, commit_id) {
-                        // The eventfd cannot be written (it is never full: a u64 counter).
-                        log::error!("io_uring sync pool: cannot hand a reply back: {e}");
-                    }
-                }
-            });
-        match t {
-            Ok(t) => threads.push(t),
-            Err(e) => {
-                pool.stop();
-                for t in threads {
-                    let _ = t.join();
-                }
-                return Err(e);
-            }
-        }
+    /// A pool thread is done serving the entry `next` gave it.
+    pub(super) fn served(&self) {
+        self.lock().serving -= 1;
     }
-    Ok(threads)
 }

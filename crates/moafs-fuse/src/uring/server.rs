@@ -1,10 +1,12 @@
 //! The threads that serve the io_uring queues: one per queue pinned to its CPU (and a stream
 //! helper on the next CPU), each with its own ring in which it registers and commits entries
 //! ([`Server`]), what serves a request in an entry ([`Servant`]), the hand-offs between
-//! threads ([`Inbox`]), and [`start`], which sets them all up.
+//! threads (`inbox.rs`), and [`start`], which sets them all up with the sync pools
+//! (`pool.rs`).
 
 use super::boost::{self, Boost};
-use super::pool::{self, SyncCounts, SyncPool};
+use super::inbox::{Handed, Inbox};
+use super::pool::{SyncCounts, SyncPool};
 use super::{
     Entry, EntrySink, OnFatal, StreamProbe, UringConfig, CMD_COMMIT_AND_FETCH, CMD_REGISTER,
     COMMIT_ID_AT, DIRECT, HEAD_ROOM, IOV_SEGS, PAYLOAD_SZ_AT, PID_AT, WAKE_UD,
@@ -14,7 +16,6 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -51,81 +52,6 @@ fn fuse_cmd(
     raw[24..28].copy_from_slice(&IOV_SEGS.to_ne_bytes());
     // SAFETY: as above; the bytes came from a valid Entry128 and only `len` changed.
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
-}
-
-/// Entries handed from one server thread of a queue to the other. Each queue has a thread
-/// pinned to its CPU and, when `stream_min` > 0 and there is another CPU, a *stream helper*
-/// pinned to the next CPU: the queue thread hands it READs of `stream_min` bytes and more,
-/// the helper hands back whatever else arrives in an entry it holds. An entry belongs to the
-/// ring that last committed it (the kernel puts the entry's next request there), so the
-/// receiving thread serves *and* commits a handed entry.
-///
-/// Why: a stream's readahead requests land in the queue of the reader's CPU, where the queue
-/// thread (SCHED_IDLE, so that small requests keep their caller on its CPU) runs only while
-/// the reader waits: the daemon's copy into the payload, the kernel's copy from it into the
-/// page cache and the reader's copy out ran one after the other on one CPU. The helper makes
-/// the first two on the other CPU while the reader copies (docs/BENCHMARKS.md).
-///
-/// A queue's sync pool ([`pool`]) hands entries back here too, served: the thread only
-/// commits them (`Handed::commit`).
-pub(super) struct Inbox {
-    entries: Mutex<Handed>,
-    /// Counts hand-offs; the receiving thread keeps a read armed on it in its ring.
-    efd: nix::sys::eventfd::EventFd,
-}
-
-/// What other threads handed to a server thread.
-#[derive(Default)]
-struct Handed {
-    /// Entries whose request this thread serves (and commits).
-    serve: Vec<Entry>,
-    /// Entries served elsewhere (the sync pool, [`pool`]), with their replies in place and
-    /// their commit ids: this thread only commits them, in its ring.
-    commit: Vec<(Entry, u64)>,
-}
-
-impl Inbox {
-    fn new() -> io::Result<Inbox> {
-        Ok(Inbox {
-            entries: Mutex::new(Handed::default()),
-            efd: nix::sys::eventfd::EventFd::from_value_and_flags(
-                0,
-                nix::sys::eventfd::EfdFlags::EFD_CLOEXEC,
-            )
-            .map_err(io::Error::from)?,
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Handed> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Hands over an entry to serve.
-    fn put(&self, entry: Entry) -> io::Result<()> {
-        self.lock().serve.push(entry);
-        self.wake()
-    }
-
-    /// Hands back an entry served elsewhere, its reply in place, to be committed.
-    pub(super) fn put_replied(&self, entry: Entry, commit_id: u64) -> io::Result<()> {
-        self.lock().commit.push((entry, commit_id));
-        self.wake()
-    }
-
-    fn wake(&self) -> io::Result<()> {
-        self.efd.write(1).map(drop).map_err(io::Error::from)
-    }
-
-    fn take(&self) -> Handed {
-        std::mem::take(&mut *self.lock())
-    }
-}
-
-impl Drop for Inbox {
-    fn drop(&mut self) {
-        // Handed entries are still registered with the kernel (see `Server::drop`).
-        std::mem::forget(self.take());
-    }
 }
 
 /// What serves a request in an entry: fuser's dispatcher and the sink its reply goes to. A
@@ -331,8 +257,7 @@ impl<FS: Filesystem> Server<FS> {
 
     /// Arms a read on this thread's eventfd, which completes when an entry is handed over.
     fn arm_wake(&mut self) -> io::Result<()> {
-        use std::os::fd::AsFd;
-        let fd = self.inbox.efd.as_fd().as_raw_fd();
+        let fd = self.inbox.wake_fd();
         let sqe: squeue::Entry128 = opcode::Read::new(types::Fd(fd), self.wake_buf.as_mut_ptr(), 8)
             .build()
             .user_data(WAKE_UD)
@@ -541,6 +466,47 @@ pub(super) fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(io::Error::from)
 }
 
+/// Starts `n` pool threads serving `pool`'s entries through `dispatcher`, pinned to `cpu`.
+fn spawn_pool<FS: Filesystem>(
+    pool: &Arc<SyncPool>,
+    n: usize,
+    dispatcher: &Dispatcher<FS>,
+    cpu: usize,
+) -> io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut threads = Vec::with_capacity(n);
+    for i in 0..n {
+        let (mine, dispatcher) = (pool.clone(), dispatcher.clone());
+        // (the log names pool threads from 1000 on, queues by their CPU)
+        let mut servant = Servant::new(1000 + i as u16, dispatcher);
+        let t = std::thread::Builder::new()
+            .name(format!("moafs-sync-{cpu}"))
+            .spawn(move || {
+                if let Err(e) = pin_to_cpu(cpu) {
+                    log::info!("io_uring sync pool: not pinned to CPU {cpu}: {e}");
+                }
+                while let Some((mut entry, back)) = mine.next() {
+                    let (commit_id, _destroy) = servant.serve(&mut entry);
+                    mine.served();
+                    if let Err(e) = back.put_replied(entry, commit_id) {
+                        // The eventfd cannot be written (it is never full: a u64 counter).
+                        log::error!("io_uring sync pool: cannot hand a reply back: {e}");
+                    }
+                }
+            });
+        match t {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                pool.stop();
+                for t in threads {
+                    let _ = t.join();
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(threads)
+}
+
 /// What a server thread needs to start.
 struct Plan<FS: Filesystem> {
     qid: usize,
@@ -645,7 +611,7 @@ pub fn start<FS: Filesystem>(
         // across CPUs (which costs an inter-processor interrupt on a virtual machine).
         let pool = if cfg.sync_threads > 0 {
             let pool = Arc::new(SyncPool::new(sync_counts.clone()));
-            match pool::spawn(&pool, cfg.sync_threads, &dispatcher, qid) {
+            match spawn_pool(&pool, cfg.sync_threads, &dispatcher, qid) {
                 Ok(mut t) => {
                     pool_threads += t.len();
                     threads.append(&mut t);

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The shape a newcomer sees (issue 46), checked by `./run test`:
+
+- no two files of one folder import each other: a name two sibling files share lives in
+  the lower one (or in the folder's mod.rs), so each folder reads bottom-up;
+- a source file holds at most 900 lines before its tests (`#[cfg(test)]`); test files and
+  the vendored fuser are exempt.
+
+Imports are the paths a file names (`super::x`, `crate::a::b`, `self::x`) outside comments,
+resolved to the file that holds them. Exit 1 with each finding named.
+"""
+import os
+import re
+import sys
+
+LIMIT = 900
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+findings = []
+
+for crate in sorted(os.listdir(os.path.join(root, "crates"))):
+    src = os.path.join(root, "crates", crate, "src")
+    files = {}  # module path (tuple) -> file
+    for d, _, names in os.walk(src):
+        for f in names:
+            if f.endswith(".rs"):
+                p = os.path.join(d, f)
+                parts = tuple(os.path.relpath(p, src)[:-3].split(os.sep))
+                if parts[-1] in ("mod", "lib", "main"):
+                    parts = parts[:-1]
+                files[parts] = p
+
+    def holder(path):
+        """The file that holds the item a path names: its longest module prefix."""
+        for n in range(len(path), 0, -1):
+            if tuple(path[:n]) in files:
+                return tuple(path[:n])
+        return None
+
+    edges = {m: set() for m in files}
+    for m, p in files.items():
+        with open(p) as fh:
+            text = fh.read()
+        body = re.split(r"\n#\[cfg\(test\)\]", text)[0]
+        code_lines = body.count("\n") + 1
+        if code_lines > LIMIT:
+            findings.append(f"{os.path.relpath(p, root)}: {code_lines} lines before its tests (at most {LIMIT})")
+        code = "\n".join(line.split("//")[0] for line in body.split("\n"))
+        here = list(m)  # the module `self::` names
+        for hit in re.finditer(r"\b(crate|super|self)((?:::\w+)+)", code):
+            kind, rest = hit.group(1), hit.group(2).split("::")[1:]
+            base = [] if kind == "crate" else here
+            while kind != "crate" and rest and rest[0] == "super":
+                rest = rest[1:]
+                base = base[:-1]
+            if kind == "super":
+                base = base[:-1]
+            t = holder(list(base) + rest)
+            if t and t != m and len(t) == len(m) and t[:-1] == m[:-1]:
+                edges[m].add(t)
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            if a < b and a in edges[b]:
+                findings.append(
+                    f"crates/{crate}/src: {'/'.join(a)} and {'/'.join(b)} import each other "
+                    "(move the names they share into the lower one)"
+                )
+
+for f in findings:
+    print(f)
+sys.exit(1 if findings else 0)
