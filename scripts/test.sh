@@ -11,6 +11,8 @@ echo "== mount helpers (mount(8) and umount(8) run /sbin/mount.fuse{,blk}.moafs,
 target/release/moafs install-helpers
 echo "== cargo test (unit, property, real FUSE mounts)"
 cargo test --workspace --release 2>&1 | tee /tmp/moafs-cargo-test.log
+echo "== without root: mkfs, mount through fusermount3, write, allow_other, umount, fsck as a user"
+scripts/nonroot.sh
 echo "== pjdfstest and fsx on a real mount"
 scripts/posix-tests.sh
 echo "== xfstests: the CI subset on real mounts (./run xfstests runs the quick group)"

@@ -30,6 +30,9 @@ pub struct MkfsOptions {
     /// Block maps of pointers (a version-2 image, FORMAT.md section 5) instead of extents
     /// (version 3, section 6a).
     pub pointer_maps: bool,
+    /// Owner and group of the root directory (mke2fs's `root_owner`; `moafs mkfs` gives the
+    /// invoking user's, so that a user's own image is writable at its mount).
+    pub root_owner: (u32, u32),
 }
 
 impl Default for MkfsOptions {
@@ -43,6 +46,7 @@ impl Default for MkfsOptions {
             bytelog_blocks: None,
             size_bytes: None,
             pointer_maps: false,
+            root_owner: (0, 0),
         }
     }
 }
@@ -181,6 +185,8 @@ pub fn mkfs(dev: &dyn BlockDevice, opts: &MkfsOptions) -> FsResult<Superblock> {
     // Root directory: inode 1, group 0, empty (no blocks yet).
     let root = DiskInode {
         mode: libc::S_IFDIR | 0o755,
+        uid: opts.root_owner.0,
+        gid: opts.root_owner.1,
         nlink: 2,
         atime: now.pair(),
         mtime: now.pair(),

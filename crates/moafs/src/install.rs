@@ -1,4 +1,5 @@
-//! `moafs install-helpers`: the mkfs/fsck/mount/umount helper links.
+//! `moafs install-helpers`: the mkfs/fsck/mount/umount helper links, the man pages and the
+//! shell completions (`manual.rs`).
 
 use super::*;
 
@@ -11,12 +12,23 @@ pub(crate) struct InstallArgs {
     /// or PREFIX/sbin when --prefix is given.
     #[arg(long)]
     pub(crate) mount_helper_dir: Option<PathBuf>,
+    /// The binary the links point to (default: this one). A package's staging tree gives the
+    /// path the binary will have once installed.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) exe: Option<PathBuf>,
+    /// Make only the links: no man pages (PREFIX/share/man/man8) and no completions of bash,
+    /// zsh and fish (under PREFIX/share).
+    #[arg(long)]
+    pub(crate) links_only: bool,
 }
 
 pub(crate) fn cmd_install(a: &InstallArgs) -> Result<(), String> {
-    let exe = std::env::current_exe()
-        .and_then(|p| p.canonicalize())
-        .map_err(|e| format!("cannot find this executable: {e}"))?;
+    let exe = match &a.exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .and_then(|p| p.canonicalize())
+            .map_err(|e| format!("cannot find this executable: {e}"))?,
+    };
     let sbin = a.prefix.join("sbin");
     let prefix_given = std::env::args_os().any(|x| {
         let s = x.to_string_lossy();
@@ -55,6 +67,12 @@ pub(crate) fn cmd_install(a: &InstallArgs) -> Result<(), String> {
         }
         std::os::unix::fs::symlink(&exe, &link).map_err(|e| format!("{}: {e}", link.display()))?;
         say!("{} -> {}", link.display(), exe.display());
+    }
+    if !a.links_only {
+        let share = a.prefix.join("share");
+        for f in crate::manual::install(&share.join("man/man8"), &share)? {
+            say!("{}", f.display());
+        }
     }
     Ok(())
 }

@@ -27,7 +27,15 @@ mod mounts;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug)]
-#[command(name = "moafs", version, about = "moafs: a user-space file system")]
+#[command(
+    name = "moafs",
+    version,
+    about = "moafs: a user-space file system for small files and small updates",
+    long_about = "moafs: a user-space file system (FUSE) for small files and small updates. \
+        Make a file system with `moafs mkfs`, mount it with `moafs mount` or `mount -t moafs`, \
+        check it with `moafs fsck`; `moafs bench` compares it with ext4, XFS, btrfs and \
+        fuse2fs on the same device."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -146,6 +154,7 @@ mod fsck;
 mod inspect;
 mod install;
 mod loopdev;
+mod manual;
 mod mkfs;
 mod mount;
 mod passthrough;

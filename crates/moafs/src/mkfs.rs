@@ -33,7 +33,18 @@ pub(crate) struct MkfsArgs {
     /// pointers and indirect blocks: disk version 2, which older moafs mounts).
     #[arg(long, value_enum, default_value_t = MapKind::Extents)]
     pub(crate) map: MapKind,
+    /// Owner and group of the root directory, as numbers (mke2fs's `-E root_owner`).
+    /// Default: the user and group running mkfs, so that a user's own image is writable.
+    #[arg(long, value_name = "UID:GID", value_parser = parse_owner)]
+    pub(crate) root_owner: Option<(u32, u32)>,
     pub(crate) image: PathBuf,
+}
+
+/// `--root-owner UID:GID`.
+fn parse_owner(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{s:?} is not UID:GID (two numbers, e.g. 1000:1000)");
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((u.parse().map_err(|_| bad())?, g.parse().map_err(|_| bad())?))
 }
 
 /// `mkfs --map`.
@@ -102,6 +113,12 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
         bytelog_blocks: a.bytelog_blocks,
         size_bytes: size,
         pointer_maps: a.map == MapKind::Pointers,
+        root_owner: a.root_owner.unwrap_or_else(|| {
+            (
+                nix::unistd::getuid().as_raw(),
+                nix::unistd::getgid().as_raw(),
+            )
+        }),
     };
     let sb = moafs_core::mkfs::mkfs(&dev, &opts).map_err(|e| match e {
         FsError::Invalid { detail } => detail,
@@ -164,5 +181,7 @@ pub(crate) fn cmd_mkfs(a: &MkfsArgs) -> Result<(), String> {
     if !a.label.is_empty() {
         say!("  label:       {}", a.label);
     }
+    let (uid, gid) = opts.root_owner;
+    say!("  root owner:  {uid}:{gid}");
     Ok(())
 }

@@ -3,43 +3,12 @@
 use super::*;
 
 #[derive(Args, Debug)]
+#[command(after_long_help = crate::manual::mount_options_text())]
 pub(crate) struct MountArgs {
     /// Stay in the foreground (log to stderr).
     #[arg(short = 'f')]
     pub(crate) foreground: bool,
-    /// Comma-separated options: journal=writeback|ordered|data, cache_size=, dirty_max=,
-    /// flush_interval_ms=, dirty_expire_ms= (file data younger than this stays in memory at
-    /// the write-back timer's commits, default 30000, 0: never), checkpoint_interval_ms= (how long journaled metadata may wait to
-    /// be written home, default 30000), small_commit_blocks=N (a commit of at most N dirty
-    /// data blocks carries them in its transaction with journal=ordered, default 64, 0: never),
-    /// cowrite=on|off, cowrite_max=SIZE, wb_order=dirty|address,
-    /// unlocked_reads=on|off (cache misses read with the engine lock released, default on),
-    /// bytelog=on|off (fsync of small overwrites by the byte log, default on),
-    /// bytelog_threshold=SIZE (default 2048), bytelog_writeback=on|off (commits log small
-    /// rewrites too, default off), bytelog_grow=on|off (fsyncs of appends by allocation and
-    /// slot records, default off), nvm=PATH (an NVM tier for small fsync batches:
-    /// an existing file on DAX storage or /dev/shm), nvm_model=optane|none (default optane),
-    /// nvm_threshold=SIZE (batches under it go to the tier; default 2048),
-    /// readahead=sizeaware|linux|off (how reads fetch ahead, paper 001; default sizeaware),
-    /// readahead_max_kb=N (largest readahead window, default 256), read_ahead_kb=N (the
-    /// mount's own readahead in the kernel),
-    /// ro, direct, nodirect (O_DIRECT on the image; the default wherever the image's file
-    /// system supports it, but in tmpfs),
-    /// threads=, attr_ttl_ms=, poll_ms=, uring=auto|off, uring_stream_kb=, allow_other, default_permissions, nodefault_permissions,
-    /// writeback_cache=on|off (the kernel's FUSE writeback cache, default on; off: every
-    /// write() is a WRITE request at once, with no WRITE and SETATTR at close),
-    /// forget_pause_ms=N (a FORGET waits N ms so that more come with it; default 0),
-    /// sync_threads=N (over io_uring, threads serving fsync while the queues go on; default 4 per CPU queue, 0: none),
-    /// queue_boost=N|off (over io_uring, the nice value of a queue's thread while callers take turns changing directories; default -10, off: always SCHED_IDLE),
-    /// record=PATH (a write log of every device write, flush and fsync promise, for
-    /// `moafs crashcheck PATH`, the NVM tier's stores and persists too with nvm=; not with ro),
-    /// faults=PATH (a test instrument: device reads, writes or flushes fail while the file
-    /// at PATH says so — lines `read OFFSET LEN`, `write OFFSET LEN`, `flush`; see
-    /// docs/TESTING.md),
-    /// fuseblk=on|off (as root, an image file is mounted through a loop device the daemon
-    /// attaches, as `fuseblk.moafs`, so that sync(1) and syncfs(2) reach it; default on; off,
-    /// and without root: `fuse.moafs`, which the kernel sends no sync to),
-    /// log=PATH, pidfile=PATH, and the generic mount(8) options (ignored).
+    /// Comma-separated mount options (listed below by --help, and in mount.moafs(8)).
     #[arg(short = 'o', action = clap::ArgAction::Append)]
     pub(crate) options: Vec<String>,
     /// mount(8) helper flags (no mtab, sloppy, verbose): accepted and ignored.

@@ -515,6 +515,30 @@ pub fn register_umount_helper(image: &Path, mountpoint: &Path) {
 /// `moafs umount`): unmounts, then — unless lazily, or another mount still shows the same
 /// image — waits until the daemon has committed and let go of the image, so that a check, a
 /// copy or a new mount right after `umount` returns finds the image whole and free.
+/// `fusermount3 -u [-z] MOUNTPOINT`: an unprivileged user's unmount of their own FUSE mount.
+fn fusermount_unmount(target: &Path, lazy: bool) -> Result<(), String> {
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u").arg("-q");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg("--").arg(target).output().map_err(|e| {
+        format!(
+            "{}: not root, and fusermount3 cannot be run ({e}; apt-get install fuse3)",
+            target.display()
+        )
+    })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "{}: fusermount3 -u: {}",
+        target.display(),
+        why.trim()
+    ))
+}
+
 pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
     let abs = target
         .canonicalize()
@@ -539,10 +563,18 @@ pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
     if force {
         flags |= MntFlags::MNT_FORCE;
     }
-    nix::mount::umount2(&entry.target, flags).map_err(|e| match e {
-        nix::errno::Errno::EBUSY => format!("{}: target is busy", entry.target.display()),
-        e => format!("{}: {e}", entry.target.display()),
-    })?;
+    match nix::mount::umount2(&entry.target, flags) {
+        Ok(()) => {}
+        // Without root, a user's FUSE mount is taken down by the setuid fusermount3, which
+        // checks that the mount is the user's (its user_id=), as libfuse's fusermount3 -u.
+        Err(nix::errno::Errno::EPERM) if !nix::unistd::geteuid().is_root() => {
+            fusermount_unmount(&entry.target, lazy)?
+        }
+        Err(nix::errno::Errno::EBUSY) => {
+            return Err(format!("{}: target is busy", entry.target.display()))
+        }
+        Err(e) => return Err(format!("{}: {e}", entry.target.display())),
+    }
     if lazy || !is_moafs(&entry.fstype) {
         return Ok(());
     }
