@@ -13,6 +13,8 @@ echo "== cargo test (unit, property, real FUSE mounts)"
 cargo test --workspace --release 2>&1 | tee /tmp/moafs-cargo-test.log
 echo "== without root: mkfs, mount through fusermount3, write, allow_other, umount, fsck as a user"
 scripts/nonroot.sh
+echo "== the Debian package: built, installed on a fresh bookworm root, mkfs/mount/fsck -t moafs, fstab, man"
+scripts/package-test.sh
 echo "== pjdfstest and fsx on a real mount"
 scripts/posix-tests.sh
 echo "== xfstests: the CI subset on real mounts (./run xfstests runs the quick group)"
