@@ -1,5 +1,6 @@
-//! Drivers for the Debian tools (`postmark`, `sysbench`, `fio`, `bonnie++`): each runs the real
-//! program in the target's directory and reads its own result from its output. They need a
+//! Drivers for the Debian tools (`postmark`, `sysbench`, `fio`, `bonnie++`, `tar`): each runs
+//! the real program in the target's directory and reads its own result from its output (or,
+//! for `tar`, counts what it made). They need a
 //! mounted target and the tool installed (`moafs bench` says which is missing).
 
 use crate::latency::LatencySummary;
@@ -22,16 +23,22 @@ pub enum Tool {
     Fio,
     /// bonnie++ block phases (no small-file tests).
     Bonnie,
+    /// fio random 4 KiB writes by several jobs, each write followed by an fsync (psync).
+    FioFsync,
+    /// tar extracting the Linux source tree Debian's `linux-source` package ships, then a
+    /// sync of the target: files made durable per second.
+    Untar,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolConfig {
     pub tool: Tool,
-    /// postmark: its `number` of files; sysbench: its `--file-num`.
+    /// postmark: its `number` of files; sysbench: its `--file-num`; fio with fsync: jobs;
+    /// tar: the members extracted (0: the whole tree).
     pub files: usize,
-    /// postmark: transactions; sysbench and fio: requests.
+    /// postmark: transactions; sysbench and fio: requests (fio with fsync: per job).
     pub transactions: usize,
-    /// Bytes of the data set (sysbench, fio, bonnie++).
+    /// Bytes of the data set (sysbench, fio, bonnie++; fio with fsync: each job's file).
     pub total: u64,
     pub block: usize,
     pub seed: u64,
@@ -44,6 +51,8 @@ impl Tool {
             Tool::Sysbench => "sysbench",
             Tool::Fio => "fio",
             Tool::Bonnie => "bonnie++",
+            Tool::FioFsync => "fio",
+            Tool::Untar => "tar",
         }
     }
 }
@@ -483,14 +492,7 @@ pub fn run(
             let measured = Instant::now();
             let text = output(&mut job(&[]), dir);
             let secs = measured.elapsed().as_secs_f64();
-            for e in std::fs::read_dir(dir)? {
-                let p = e?.path();
-                if p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("randread."))
-                {
-                    std::fs::remove_file(p)?;
-                }
-            }
+            remove_prefixed(dir, "randread.")?;
             let text = text?;
             let (iops, _) = parse_fio(&text).ok_or_else(|| unparsed(prog, "read IOPS", &text))?;
             let mut o = Outcome::new(cfg.transactions as f64, "reads", secs, start)
@@ -500,6 +502,68 @@ pub fn run(
                 o.latency.insert("read".to_string(), l);
             }
             Ok(o)
+        }
+        Tool::FioFsync => {
+            let fio = || {
+                let mut c = Command::new(prog);
+                c.args(fio_fsync_args(cfg));
+                c
+            };
+            output(fio().arg("--create_only=1"), dir)?;
+            between()?;
+            let measured = Instant::now();
+            let text = output(&mut fio(), dir);
+            let secs = measured.elapsed().as_secs_f64();
+            remove_prefixed(dir, "fsyncw.")?;
+            let text = text?;
+            let (iops, _) =
+                parse_fio_write(&text).ok_or_else(|| unparsed(prog, "write IOPS", &text))?;
+            let writes = (cfg.transactions * cfg.files.max(1)) as u64;
+            let mut o = Outcome::new(writes as f64, "writes", secs, start)
+                .count("writes", writes)
+                .count("fsyncs", writes);
+            o.rate = iops;
+            if let Some(l) = parse_fio_sync_latency(&text) {
+                o.latency.insert("fsync".to_string(), l);
+            }
+            Ok(o.detail(serde_json::json!({ "jobs": cfg.files.max(1) })))
+        }
+        Tool::Untar => {
+            let archive = linux_tarball()?;
+            let members = if cfg.files == 0 {
+                None
+            } else {
+                Some(first_members(&archive, cfg.files)?)
+            };
+            let work = dir.join("untar");
+            std::fs::create_dir(&work)?;
+            between()?;
+            let measured = Instant::now();
+            let mut c = Command::new(prog);
+            c.arg("-xf").arg(&archive).arg("-C").arg(&work);
+            if let Some(list) = &members {
+                c.arg("--no-recursion").arg("-T").arg(list);
+            }
+            let made = output(&mut c, dir);
+            // what a user waits for: the tree on the device
+            let synced = made.and_then(|_| t.sync());
+            let secs = measured.elapsed().as_secs_f64();
+            if let Some(list) = &members {
+                let _ = std::fs::remove_file(list);
+            }
+            synced?;
+            let (files, dirs, bytes) = count_tree(&work)?;
+            std::fs::remove_dir_all(&work)?;
+            let entries = files + dirs;
+            let o = Outcome::new(entries as f64, "entries", secs, start)
+                .count("files", files)
+                .count("directories", dirs)
+                .bytes(0, bytes);
+            Ok(o.detail(serde_json::json!({
+                "archive": archive.display().to_string(),
+                "members": cfg.files,
+                "timed": "tar -xf, then a sync of the target",
+            })))
         }
         Tool::Bonnie => {
             let mib = (cfg.total >> 20).max(1);
@@ -545,9 +609,156 @@ pub fn run(
     }
 }
 
+/// fio's arguments for the measured run of [`Tool::FioFsync`].
+fn fio_fsync_args(cfg: &ToolConfig) -> Vec<String> {
+    vec![
+        "--name=fsyncw".to_string(),
+        "--directory=.".to_string(),
+        "--rw=randwrite".to_string(),
+        "--ioengine=psync".to_string(),
+        "--fsync=1".to_string(),
+        format!("--numjobs={}", cfg.files.max(1)),
+        "--group_reporting".to_string(),
+        format!("--bs={}", cfg.block),
+        format!("--size={}", cfg.total),
+        format!("--number_ios={}", cfg.transactions),
+        format!("--randseed={}", cfg.seed),
+        "--invalidate=0".to_string(),
+        "--output-format=json".to_string(),
+    ]
+}
+
+/// Removes the files of `dir` whose names start with `prefix` (fio's job files).
+fn remove_prefixed(dir: &Path, prefix: &str) -> io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        {
+            std::fs::remove_file(p)?;
+        }
+    }
+    Ok(())
+}
+
+/// fio's JSON (group reporting): the write IOPS and runtime (ms) of all jobs.
+pub fn parse_fio_write(text: &str) -> Option<(f64, f64)> {
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
+    let w = &v["jobs"][0]["write"];
+    Some((w["iops"].as_f64()?, w["runtime"].as_f64()?))
+}
+
+/// fio's JSON: the fsync latencies (`sync.lat_ns`), in µs.
+pub fn parse_fio_sync_latency(text: &str) -> Option<LatencySummary> {
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
+    let c = &v["jobs"][0]["sync"]["lat_ns"];
+    let pct = |p: &str| c["percentile"][p].as_f64().map(|ns| ns / 1000.0);
+    Some(LatencySummary {
+        count: c["N"].as_u64()?,
+        mean_us: c["mean"].as_f64()? / 1000.0,
+        p50_us: pct("50.000000")?,
+        p99_us: pct("99.000000")?,
+        p999_us: pct("99.900000")?,
+        max_us: c["max"].as_f64()? / 1000.0,
+    })
+}
+
+/// The Linux source tree as an uncompressed tar (decompressing xz would cost every target the
+/// same CPU and hide their differences): Debian's `/usr/src/linux-source-*.tar.xz`,
+/// decompressed once into `$MOAFS_BENCH_CACHE` (default /var/tmp/moafs-bench-cache).
+pub fn linux_tarball() -> io::Result<std::path::PathBuf> {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/src")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    let n = p.file_name().unwrap_or_default().to_string_lossy();
+                    n.starts_with("linux-source-") && n.ends_with(".tar.xz")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    let Some(xz) = found.pop() else {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the Linux source tarball is not installed (Debian: apt-get install linux-source)",
+        ));
+    };
+    let cache = std::env::var_os("MOAFS_BENCH_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/var/tmp/moafs-bench-cache".into());
+    std::fs::create_dir_all(&cache)?;
+    let stem = xz.file_stem().unwrap_or_default().to_owned(); // linux-source-6.1.tar
+    let tar = cache.join(&stem);
+    if tar.exists() {
+        return Ok(tar);
+    }
+    let part = cache.join(format!("{}.part", stem.to_string_lossy()));
+    let out = std::fs::File::create(&part)?;
+    let st = Command::new("xz")
+        .arg("-dc")
+        .arg(&xz)
+        .stdout(out)
+        .status()
+        .map_err(|e| spawn_error("xz", e))?;
+    if !st.success() {
+        return Err(io::Error::other(format!("xz -dc {} failed", xz.display())));
+    }
+    std::fs::rename(&part, &tar)?;
+    Ok(tar)
+}
+
+/// A file listing the first `n` members of `archive` (for `tar -T`).
+fn first_members(archive: &Path, n: usize) -> io::Result<std::path::PathBuf> {
+    let list = output(Command::new("tar").arg("-tf").arg(archive), Path::new("/"))?;
+    let path = std::env::temp_dir().join(format!("moafs-untar-{}.list", std::process::id()));
+    let mut text: String = list.lines().take(n).collect::<Vec<_>>().join("\n");
+    text.push('\n');
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// Files (and symlinks), directories and file bytes under `root`.
+fn count_tree(root: &Path) -> io::Result<(u64, u64, u64)> {
+    let (mut files, mut dirs, mut bytes) = (0u64, 0u64, 0u64);
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let m = e.metadata()?;
+            if m.is_dir() {
+                dirs += 1;
+                stack.push(e.path());
+            } else {
+                files += 1;
+                bytes += m.len();
+            }
+        }
+    }
+    Ok((files, dirs, bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fio_fsync_output_gives_write_iops_and_fsync_latency() {
+        // the shape of fio-3.33's JSON for `--fsync=1 --group_reporting` (trimmed)
+        let text = r#"note: a line fio may print first
+{"jobs": [{"jobname": "fsyncw",
+  "write": {"iops": 5000.0, "runtime": 8},
+  "sync": {"lat_ns": {"min": 181851, "max": 1288750, "mean": 331646.2, "N": 38,
+    "percentile": {"50.000000": 268288, "99.000000": 1286144, "99.900000": 1286144}}}}]}"#;
+        assert_eq!(parse_fio_write(text), Some((5000.0, 8.0)));
+        let l = parse_fio_sync_latency(text).unwrap();
+        assert_eq!(l.count, 38);
+        assert!((l.p50_us - 268.288).abs() < 1e-9 && (l.max_us - 1288.75).abs() < 1e-9);
+        assert_eq!(parse_fio_write("{}"), None);
+        // a read job's output has no fsync latencies
+        assert!(parse_fio_sync_latency(r#"{"jobs":[{"read":{}}]}"#).is_none());
+    }
 
     #[test]
     fn a_missing_tool_is_named_with_its_package() {

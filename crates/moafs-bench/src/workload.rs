@@ -190,6 +190,14 @@ pub const WORKLOADS: &[(&str, &str)] = &[
         "micro-large",
         "paper 000 Fig. 14: 4 files of 64 MiB written, synced, read back",
     ),
+    (
+        "tool-fio-fsync-8",
+        "fio: 8 jobs x 500 random 4 KiB writes into their own 16 MiB file, fsync after each (Debian's fio)",
+    ),
+    (
+        "tool-untar-linux",
+        "tar -xf of the Linux source tree (Debian's linux-source, decompressed once), then sync: entries/s",
+    ),
 ];
 
 /// The configuration of a named workload: counts multiplied by `scale` (sizes unchanged),
@@ -313,6 +321,23 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
                 seed,
             })
         }
+        "tool-fio-fsync-8" => Spec::Tool(crate::tools::ToolConfig {
+            tool: crate::tools::Tool::FioFsync,
+            files: 8,
+            transactions: n(500),
+            total: 16 << 20,
+            block: 4096,
+            seed,
+        }),
+        "tool-untar-linux" => Spec::Tool(crate::tools::ToolConfig {
+            tool: crate::tools::Tool::Untar,
+            // the whole tree, or the first members of it (--scale < 1)
+            files: if scale >= 1.0 { 0 } else { n(80_000) },
+            transactions: 0,
+            total: 0,
+            block: 0,
+            seed,
+        }),
         "tool-postmark" | "tool-sysbench" | "tool-fio" | "tool-bonnie" => {
             use crate::tools::{Tool, ToolConfig};
             let tool = match name {
@@ -358,6 +383,8 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
                     block,
                     seed,
                 },
+                // (named on their own above)
+                Tool::FioFsync | Tool::Untar => return None,
             })
         }
         _ => return None,
