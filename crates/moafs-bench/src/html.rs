@@ -193,6 +193,15 @@ pub fn report(doc: &Value) -> String {
          </style></head><body>\n<h1>moafs bench</h1>\n",
     );
     html.push_str(&environment(&doc["environment"]));
+    // the comparison at a glance, when there is one
+    let (baseline, groups) = crate::chart::groups_of(doc);
+    if groups.iter().any(|g| g.bars.len() > 1) {
+        let title = format!("each target's rate as a multiple of {baseline}'s");
+        match crate::chart::ratio_chart(&title, &baseline, &groups) {
+            Ok(svg) => html.push_str(&format!("<h2>Summary</h2>\n{svg}\n")),
+            Err(e) => html.push_str(&format!("<p>(no summary chart: {})</p>", esc(&e))),
+        }
+    }
     html.push_str(&format!(
         "<p>preset {}, {} repetitions, base seed {} (each repetition its own seed, every \
          target of a repetition the same), cache {}. Targets run in a random order within each \

@@ -5,6 +5,7 @@
 pub mod aging;
 pub mod bytelog_exp;
 pub mod cgroup;
+pub mod chart;
 pub mod cowrite_exp;
 pub mod env;
 pub mod filebench;

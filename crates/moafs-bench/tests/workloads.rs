@@ -470,7 +470,12 @@ fn html_report_has_a_plot_per_workload_and_escapes_names() {
         ]
     });
     let html = moafs_bench::html::report(&doc);
-    assert_eq!(html.matches("<svg").count(), 2);
+    // the summary chart, then one plot per workload
+    assert_eq!(html.matches("<svg").count(), 3);
+    assert!(
+        !html.contains("><b><"),
+        "a target name reached the SVG unescaped"
+    );
     assert!(html.contains("&lt;b&gt;") && !html.contains("<td><b>"));
     assert!(html.contains("2.00×") && html.contains("512"));
 }

@@ -46,6 +46,16 @@ pub(crate) struct BenchArgs {
     /// Write a static HTML report with an SVG plot per workload here.
     #[arg(long)]
     pub(crate) html: Option<PathBuf>,
+    /// Write the comparison chart (SVG) here: per workload, each target's rate as a multiple
+    /// of the first target's, with its 95 % interval.
+    #[arg(long, value_name = "FILE.svg")]
+    pub(crate) chart: Option<PathBuf>,
+    /// Run nothing: make --chart and --html from this result file (written by --json).
+    #[arg(long, value_name = "FILE.json")]
+    pub(crate) from: Option<PathBuf>,
+    /// The chart's title (default: what it shows).
+    #[arg(long)]
+    pub(crate) title: Option<String>,
     /// Cache state before each run (paper 002): `fresh` (B: a new target per run), `dropped`
     /// (A: also sync and drop the kernel's and moafs's caches right after the mount, before
     /// the workload; root), `polluted` (C: four unrelated runs of the workload first, their
@@ -99,6 +109,15 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             say!("  {name:16} {what}");
         }
         return Ok(());
+    }
+    if let Some(from) = &a.from {
+        if a.html.is_none() && a.chart.is_none() {
+            return Err("--from makes reports: give --html or --chart".into());
+        }
+        let text = std::fs::read_to_string(from).map_err(|e| format!("{}: {e}", from.display()))?;
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a result file of --json: {e}", from.display()))?;
+        return write_reports(a, &doc);
     }
     if !(a.scale.is_finite() && a.scale > 0.0) {
         return Err(format!(
@@ -389,9 +408,25 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
         let s = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
         std::fs::write(path, s + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
+    write_reports(a, &doc)
+}
+
+/// `--html` and `--chart` of a result document.
+fn write_reports(a: &BenchArgs, doc: &serde_json::Value) -> Result<(), String> {
     if let Some(path) = &a.html {
-        std::fs::write(path, moafs_bench::html::report(&doc))
+        std::fs::write(path, moafs_bench::html::report(doc))
             .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &a.chart {
+        let (baseline, groups) = moafs_bench::chart::groups_of(doc);
+        let title = a
+            .title
+            .clone()
+            .unwrap_or_else(|| format!("each target's rate as a multiple of {baseline}'s"));
+        let svg = moafs_bench::chart::ratio_chart(&title, &baseline, &groups)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+        say!("chart: {}", path.display());
     }
     Ok(())
 }
