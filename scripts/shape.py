@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The shape a newcomer sees (issue 46), checked by `./run test`:
 
+- README.md reads in a minute: under 120 lines, its first code block the two commands
+  (`./run demo`, `./run test`), every file it links to or shows there, and `.ci/run` runs the
+  test command it gives;
 - no two files of one folder import each other: a name two sibling files share lives in
   the lower one (or in the folder's mod.rs), so each folder reads bottom-up;
 - a source file holds at most 900 lines before its tests (`#[cfg(test)]`); test files and
@@ -64,6 +67,25 @@ for crate in sorted(os.listdir(os.path.join(root, "crates"))):
                     f"crates/{crate}/src: {'/'.join(a)} and {'/'.join(b)} import each other "
                     "(move the names they share into the lower one)"
                 )
+
+# README.md
+readme_path = os.path.join(root, "README.md")
+with open(readme_path) as fh:
+    readme = fh.read()
+lines = readme.count("\n")
+if lines >= 120:
+    findings.append(f"README.md: {lines} lines (under 120)")
+blocks = re.findall(r"```[a-z]*\n(.*?)```", readme, re.S)
+first = blocks[0] if blocks else ""
+for cmd in ("./run demo", "./run test"):
+    if cmd not in first:
+        findings.append(f"README.md: its first code block does not give `{cmd}`")
+for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+    if "://" not in target and not os.path.exists(os.path.join(root, target)):
+        findings.append(f"README.md: links to {target}, which does not exist")
+with open(os.path.join(root, ".ci", "run")) as fh:
+    if "./run test" not in fh.read():
+        findings.append(".ci/run does not run `./run test`, the test command README.md gives")
 
 for f in findings:
     print(f)

@@ -409,7 +409,7 @@ pub struct Preset {
 
 /// `quick`: about four minutes on one target (Filebench runs of 10 s, filesets scaled down,
 /// threads as the personalities say); `full`: every workload at full size, Filebench's 60 s
-/// runs (the results table in docs/BENCHMARKS.md; long).
+/// runs (the results table in docs/results/HISTORY-benchmarks.md; long).
 pub fn preset(name: &str) -> Option<Preset> {
     Some(match name {
         "quick" => Preset {

@@ -106,7 +106,7 @@ impl Default for MountConfig {
 }
 
 /// Default of [`MountConfig::queue_boost`]: nice -10 (varmail 1.15x against SCHED_IDLE
-/// throughout; -20 no better; nice 0 did not help it in one run: docs/BENCHMARKS.md, issue 43).
+/// throughout; -20 no better; nice 0 did not help it in one run: docs/results/HISTORY-benchmarks.md, issue 43).
 pub const QUEUE_BOOST: i32 = -10;
 
 /// Default of [`MountConfig::sync_threads`].

@@ -4,7 +4,7 @@
 //! on /dev/fuse, and the daemon's reply wakes the caller. When the sleeping thread's CPU is
 //! idle, each wake-up is an inter-processor interrupt to a halted CPU; on a virtual machine
 //! that is a VM exit and costs tens of microseconds, more than moafs needs to serve most
-//! requests (measured in docs/BENCHMARKS.md). While requests keep coming, one daemon thread
+//! requests (measured in docs/results/HISTORY-benchmarks.md). While requests keep coming, one daemon thread
 //! therefore polls instead of sleeping: its descriptor is switched to `O_NONBLOCK`, so its
 //! `read()` returns `EAGAIN` at once and fuser's loop reads again. After `window` without a
 //! request the descriptor goes back to blocking and the thread sleeps; the next request wakes

@@ -112,7 +112,7 @@ pub struct Transport {
 /// other inodes it evicts, and the next read takes them all as one BATCH_FORGET, so deleting
 /// N files costs a few wake-ups of a /dev/fuse thread instead of N. But a deleted file's data
 /// stays in the engine until its forget, and dirty data kept longer is written back more
-/// often: Filebench fileserver ran 7 % slower with 3 ms (docs/BENCHMARKS.md, issue 29), while
+/// often: Filebench fileserver ran 7 % slower with 3 ms (docs/results/HISTORY-benchmarks.md, issue 29), while
 /// PostMark and webproxy gained nothing measurable beyond ~7 % less CPU per operation. Without
 /// io_uring those threads serve every request and never wait.
 pub const FORGET_PAUSE: Duration = Duration::ZERO;

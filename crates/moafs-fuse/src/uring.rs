@@ -3,7 +3,7 @@
 //! With plain /dev/fuse every request wakes a daemon thread on whichever CPU the scheduler
 //! picks, usually the other one, and the reply wakes the caller back across CPUs: two
 //! inter-processor wake-ups per round trip, which on a virtual machine dominate the cost of a
-//! small operation (docs/BENCHMARKS.md). The io_uring transport has one request queue per CPU:
+//! small operation (docs/results/HISTORY-benchmarks.md). The io_uring transport has one request queue per CPU:
 //! the kernel hands a request to the queue of the CPU the caller runs on. moafs serves each
 //! queue from a thread pinned to that CPU, so the caller blocks, the server thread runs on the
 //! same CPU, replies, and the caller continues there — no cross-CPU wake-up at all.

@@ -13,7 +13,7 @@
 //! the tier, which every commit empties, send it home), or a commit wrote it home before
 //! while it was cached. A block changed once and never again costs its records *and* the
 //! home write a cleaning owes it, more than the home write alone (measured: random 1.5 KB
-//! writes over 64 MiB on the flash model, `docs/BENCHMARKS.md`). The batch is written before
+//! writes over 64 MiB on the flash model, `docs/results/HISTORY-benchmarks.md`). The batch is written before
 //! the commit's ordering flush, so it is durable before the transaction; its records are
 //! numbered at or below the floor that transaction's superblock records — a reader counts
 //! a commit batch only then (a commit that never became durable leaves a batch above the

@@ -299,7 +299,7 @@ pub struct MountOptions {
     /// Byte logging at write-back (`homeless.rs`): commits log small overwrites of blocks
     /// being rewritten instead of writing them home. Off (the default: measured, it costs
     /// SQLite WAL 14 % of its transactions through FUSE and does not cut what a flash card
-    /// programs for random writes, `docs/BENCHMARKS.md`): a commit only keeps out of home the
+    /// programs for random writes, `docs/results/HISTORY-benchmarks.md`): a commit only keeps out of home the
     /// blocks whose every change an fsync already put in the device log (no new records).
     pub bytelog_writeback: bool,
     /// An fsync of a file whose extent map only grew is served by allocation, whole-block
@@ -307,7 +307,7 @@ pub struct MountOptions {
     /// measured, it saves no device request where a small commit is already one write and
     /// one flush, and on Filebench varmail, whose creates still commit, its batches
     /// serialise with those commits and the whole blocks fill the log: 0.9x the rate,
-    /// `docs/BENCHMARKS.md`).
+    /// `docs/results/HISTORY-benchmarks.md`).
     pub bytelog_grow: bool,
     /// With an NVM tier (`Fs::mount_with_tier`): a batch smaller than this many bytes goes
     /// to the tier instead of the device log (the paper's TH_SCM, 2048).

@@ -5,7 +5,7 @@
 //! queues behind it, and a SCHED_IDLE thread woken for it waits until nothing else on its CPU
 //! wants to run. Filebench varmail (16 threads, one directory) spent 12 of its 16 threads
 //! waiting for that lock: its LOOKUP, MKNOD and UNLINK took 45-60 µs from the kernel's send
-//! to its reply, of which the daemon served 6-9 µs (docs/BENCHMARKS.md, issue 43).
+//! to its reply, of which the daemon served 6-9 µs (docs/results/HISTORY-benchmarks.md, issue 43).
 //!
 //! So a queue's thread leaves SCHED_IDLE for a normal priority ([`Boost::nice`]) while callers
 //! take turns changing directories — a namespace change from another caller than the last
@@ -13,7 +13,7 @@
 //! that. A single thread's work (PostMark, SQLite, one fsyncing writer) never switches: there
 //! a normal priority halved PostMark's rate (the caller woken on the other CPU each time).
 //!
-//! Measured against `queue_boost=off` (docs/BENCHMARKS.md, issue 43): varmail 1.15x on
+//! Measured against `queue_boost=off` (docs/results/HISTORY-benchmarks.md, issue 43): varmail 1.15x on
 //! /dev/shm and 1.02-1.07x on a disk, its fsyncs grouping (0.27-0.31 commits per fsync
 //! against 0.42-0.58); webproxy (100 threads, one directory, mostly reads) 0.87-1.01x.
 //!

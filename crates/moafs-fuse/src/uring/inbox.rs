@@ -17,7 +17,7 @@ use std::sync::Mutex;
 /// thread (SCHED_IDLE, so that small requests keep their caller on its CPU) runs only while
 /// the reader waits: the daemon's copy into the payload, the kernel's copy from it into the
 /// page cache and the reader's copy out ran one after the other on one CPU. The helper makes
-/// the first two on the other CPU while the reader copies (docs/BENCHMARKS.md).
+/// the first two on the other CPU while the reader copies (docs/results/HISTORY-benchmarks.md).
 ///
 /// A queue's sync pool ((`pool.rs`)) hands entries back here too, served: the thread only
 /// commits them (`Handed::commit`).

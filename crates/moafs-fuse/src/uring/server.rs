@@ -448,7 +448,7 @@ impl<FS: Filesystem> Drop for Server<FS> {
 /// stays on its own CPU (where the next request is served again) instead of being moved to
 /// the other, halted one — which costs an inter-processor wake-up per round trip. The thread
 /// sleeps while its caller runs, so it yields nothing in the common case; under CPU contention
-/// it runs at the lowest weight (measured in docs/BENCHMARKS.md).
+/// it runs at the lowest weight (measured in docs/results/HISTORY-benchmarks.md).
 fn sched_idle() -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler reads `param` (a valid, initialised struct on our stack) and
