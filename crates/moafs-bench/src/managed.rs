@@ -84,8 +84,9 @@ pub struct ManagedOptions {
     pub backing: PathBuf,
     /// The moafs binary (for `Kind::Moafs`, `Kind::Passthrough` and `Kind::Memfs`).
     pub moafs: PathBuf,
-    /// Extra `moafs mount -o` (or `moafs passthrough -o`) options.
-    pub moafs_options: String,
+    /// Extra mount options: `moafs mount -o` (`moafs passthrough -o`, `moafs memfs -o`), or
+    /// mount(8)'s `-o` for the kernel's file systems (`ext4@data=journal`).
+    pub mount_options: String,
 }
 
 /// The loop device's readahead, in 512-byte sectors (`blockdev --setra`): 256, 128 KiB (the
@@ -312,10 +313,10 @@ impl Managed {
         std::fs::create_dir(&work)?;
         let mut m = Managed {
             kind: o.kind,
-            label: if o.moafs_options.is_empty() {
+            label: if o.mount_options.is_empty() {
                 o.kind.name().to_string()
             } else {
-                format!("{}@{}", o.kind.name(), o.moafs_options.replace(',', ";"))
+                format!("{}@{}", o.kind.name(), o.mount_options.replace(',', ";"))
             },
             mnt: work.join("mnt"),
             img: work.join("img"),
@@ -341,8 +342,8 @@ impl Managed {
                 let stats = m.work.join("stats.json");
                 let mut opts = format!("pidfile={},stats={}", pidfile.display(), stats.display());
                 m.stats = Some(stats);
-                if !o.moafs_options.is_empty() {
-                    opts = format!("{opts},{}", o.moafs_options);
+                if !o.mount_options.is_empty() {
+                    opts = format!("{opts},{}", o.mount_options);
                 }
                 run(Command::new(&o.moafs)
                     .args(["mount", "-o", &opts])
@@ -377,19 +378,19 @@ impl Managed {
                 m.start = Some(BlockStat::of(&dev)?);
             }
             Kind::Ext4 | Kind::Ext4Fc | Kind::Xfs | Kind::Btrfs => {
-                let dev = m.loop_mount(o.kind, &m.mnt.clone())?;
+                let dev = m.loop_mount(o.kind, &m.mnt.clone(), &o.mount_options)?;
                 m.start = Some(BlockStat::of(&dev)?);
             }
             Kind::Passthrough => {
                 // ext4 as for the ext4 target, then its root passed through FUSE
                 let lower = m.work.join("ext4");
                 std::fs::create_dir(&lower)?;
-                let dev = m.loop_mount(o.kind, &lower)?;
+                let dev = m.loop_mount(o.kind, &lower, "")?;
                 m.lower = Some(lower.clone());
                 let pidfile = m.work.join("pid");
                 let mut opts = format!("pidfile={}", pidfile.display());
-                if !o.moafs_options.is_empty() {
-                    opts = format!("{opts},{}", o.moafs_options);
+                if !o.mount_options.is_empty() {
+                    opts = format!("{opts},{}", o.mount_options);
                 }
                 run(Command::new(&o.moafs)
                     .args(["passthrough", "-o", &opts])
@@ -403,8 +404,8 @@ impl Managed {
                 // no image: the capacity is the image size of the other targets
                 let pidfile = m.work.join("pid");
                 let mut opts = format!("pidfile={},size={}", pidfile.display(), o.size);
-                if !o.moafs_options.is_empty() {
-                    opts = format!("{opts},{}", o.moafs_options);
+                if !o.mount_options.is_empty() {
+                    opts = format!("{opts},{}", o.mount_options);
                 }
                 run(Command::new(&o.moafs)
                     .args(["memfs", "-o", &opts])
@@ -448,11 +449,17 @@ impl Managed {
 
     /// Makes `kind`'s file system on the image, attaches it to a loop device and mounts that
     /// on `at`; returns the loop device.
-    fn loop_mount(&mut self, kind: Kind, at: &Path) -> io::Result<String> {
+    /// mkfs on the image, then mounts it through a loop device at `at`, with mount(8)'s
+    /// `options` (none when empty).
+    fn loop_mount(&mut self, kind: Kind, at: &Path, options: &str) -> io::Result<String> {
         let (prog, args) = kind.mkfs();
         run(Command::new(prog).args(args).arg(&self.img))?;
         let dev = self.attach_loop()?;
-        run(Command::new("mount").arg(&dev).arg(at))?;
+        let mut mount = Command::new("mount");
+        if !options.is_empty() {
+            mount.args(["-o", options]);
+        }
+        run(mount.arg(&dev).arg(at))?;
         Ok(dev)
     }
 

@@ -277,7 +277,7 @@ fn managed_ext4(backing: &Path) -> Option<managed::Managed> {
             size: 512 << 20,
             backing: backing.to_path_buf(),
             moafs: PathBuf::new(),
-            moafs_options: String::new(),
+            mount_options: String::new(),
         })
         .unwrap(),
     )

@@ -57,6 +57,39 @@ impl Tool {
     }
 }
 
+impl ToolConfig {
+    /// Whether this machine can run the tool: the program on the PATH, and for [`Tool::Untar`]
+    /// Debian's Linux source tarball; else why not, with the package that brings it.
+    pub fn available(&self) -> Result<(), String> {
+        let prog = self.tool.program();
+        if !installed(prog) {
+            return Err(not_installed(prog));
+        }
+        if self.tool == Tool::Untar && linux_tarball_xz().is_none() {
+            return Err(NO_LINUX_SOURCE.to_string());
+        }
+        Ok(())
+    }
+}
+
+const NO_LINUX_SOURCE: &str =
+    "the Linux source tarball is not installed (Debian: apt-get install linux-source)";
+
+/// Debian's `/usr/src/linux-source-*.tar.xz` (the newest).
+fn linux_tarball_xz() -> Option<std::path::PathBuf> {
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/src")
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap_or_default().to_string_lossy();
+            n.starts_with("linux-source-") && n.ends_with(".tar.xz")
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
 /// Whether `program` is on the PATH.
 pub fn installed(program: &str) -> bool {
     Command::new("sh")
@@ -348,9 +381,8 @@ pub fn run(
             format!("{prog} needs a mounted target (a directory), not the in-process engine"),
         ));
     };
-    if !installed(prog) {
-        return Err(io::Error::new(io::ErrorKind::NotFound, not_installed(prog)));
-    }
+    cfg.available()
+        .map_err(|why| io::Error::new(io::ErrorKind::NotFound, why))?;
     let start = Instant::now();
     match cfg.tool {
         Tool::Postmark => {
@@ -667,23 +699,8 @@ pub fn parse_fio_sync_latency(text: &str) -> Option<LatencySummary> {
 /// same CPU and hide their differences): Debian's `/usr/src/linux-source-*.tar.xz`,
 /// decompressed once into `$MOAFS_BENCH_CACHE` (default /var/tmp/moafs-bench-cache).
 pub fn linux_tarball() -> io::Result<std::path::PathBuf> {
-    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/src")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    let n = p.file_name().unwrap_or_default().to_string_lossy();
-                    n.starts_with("linux-source-") && n.ends_with(".tar.xz")
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
-    let Some(xz) = found.pop() else {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            "the Linux source tarball is not installed (Debian: apt-get install linux-source)",
-        ));
+    let Some(xz) = linux_tarball_xz() else {
+        return Err(io::Error::new(io::ErrorKind::NotFound, NO_LINUX_SOURCE));
     };
     let cache = std::env::var_os("MOAFS_BENCH_CACHE")
         .map(std::path::PathBuf::from)

@@ -127,6 +127,12 @@ pub const WORKLOADS: &[(&str, &str)] = &[
         "PostMark FSL scaled to 1/20: 1,000 files, 200 dirs, 10,000 transactions",
     ),
     (
+        "postmark-p004-small",
+        "PostMark as paper 004 (its defaults where the paper is silent: 500-10,000 B, no subdirs): 1,000 files, 20,000 transactions; NAME:512|4096|8192 sets the buffer",
+    ),
+    ("postmark-p004-medium", "as postmark-p004-small with 10,000 files, 50,000 transactions"),
+    ("postmark-p004-large", "as postmark-p004-small with 20,000 files, 100,000 transactions"),
+    (
         "fileserver",
         "Filebench fileserver: 10,000 files (gamma, mean 128 KiB), dirs gamma mean 20 wide, 50 threads",
     ),
@@ -228,6 +234,27 @@ pub fn named(name: &str, scale: f64, seed: u64, duration_secs: f64) -> Option<Sp
                 "postmark-fsl" => PostmarkConfig::fsl(),
                 "postmark-quick" => PostmarkConfig::fsl().scaled(0.05),
                 _ => PostmarkConfig::rfsl(),
+            };
+            if scale != 1.0 {
+                c = c.scaled(scale);
+            }
+            c.seed = seed;
+            Spec::Postmark(c)
+        }
+        // paper 004: PostMark's own defaults where the paper gives no number (sizes 500 -
+        // 10,000 bytes, no subdirectories, biases 5/5, 512-byte buffers unless `:SIZE`);
+        // small / medium / large as the paper describes them (many transactions per file,
+        // then more files, then more of both; its numbers are not given)
+        "postmark-p004-small" | "postmark-p004-medium" | "postmark-p004-large" => {
+            let (files, transactions) = match name {
+                "postmark-p004-small" => (1_000, 20_000),
+                "postmark-p004-medium" => (10_000, 50_000),
+                _ => (20_000, 100_000),
+            };
+            let mut c = PostmarkConfig {
+                files,
+                transactions,
+                ..PostmarkConfig::postmark_defaults()
             };
             if scale != 1.0 {
                 c = c.scaled(scale);

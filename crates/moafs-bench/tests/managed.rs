@@ -46,7 +46,7 @@ fn create(kind: Kind, backing: &Path) -> Managed {
         size: 512 << 20,
         backing: backing.to_path_buf(),
         moafs: PathBuf::new(),
-        moafs_options: String::new(),
+        mount_options: String::new(),
     })
     .unwrap()
 }

@@ -331,8 +331,8 @@ fn every_named_workload_runs_and_counts_what_it_did() {
         let spec = named(name, scale, 9, 0.2).unwrap();
         if let Spec::Tool(c) = &spec {
             // `./run test` installs them; elsewhere a missing tool is skipped here
-            if !moafs_bench::tools::installed(c.tool.program()) {
-                eprintln!("{name}: {} not installed, skipped", c.tool.program());
+            if let Err(why) = c.available() {
+                eprintln!("{name}: skipped: {why}");
                 continue;
             }
         }
@@ -412,6 +412,24 @@ fn every_named_workload_runs_and_counts_what_it_did() {
                         assert_eq!(made, n, "{name}");
                     }
                 }
+            }
+            Spec::Tool(c) if c.tool == moafs_bench::tools::Tool::Untar => {
+                // as many entries as the members asked for (a member may be a directory, and
+                // a directory made for its members counts too), and the tree removed
+                let members = c.files as u64;
+                let made = o.counts["files"] + o.counts["directories"];
+                assert!(
+                    made >= members && made <= members + 64,
+                    "{made} for {members}"
+                );
+                assert!(o.bytes_written > 0);
+                assert_eq!(std::fs::read_dir(t.dir().unwrap()).unwrap().count(), 0);
+            }
+            Spec::Tool(c) if c.tool == moafs_bench::tools::Tool::FioFsync => {
+                let writes = (c.files * c.transactions) as u64;
+                assert_eq!((o.counts["writes"], o.counts["fsyncs"]), (writes, writes));
+                assert!(o.latency.contains_key("fsync"), "{:?}", o.latency.keys());
+                assert_eq!(std::fs::read_dir(t.dir().unwrap()).unwrap().count(), 0);
             }
             Spec::Tool(_) => {
                 // the tools clean up after themselves (or the driver does)

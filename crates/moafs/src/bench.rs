@@ -209,15 +209,16 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             Spec::Engine(dev)
         } else if let Some(kind) = Kind::parse(name.split('@').next().unwrap_or(name)) {
             // `moafs@opt;opt=v`: moafs mounted with extra options (`;` for `,`); the memfs
-            // and passthrough targets take their transport's options the same way
-            let takes_options = matches!(kind, Kind::Moafs | Kind::Memfs | Kind::Passthrough);
-            let moafs_options = match name.split_once('@') {
+            // and passthrough targets take their transport's options the same way, the
+            // kernel's file systems mount(8)'s (`ext4@data=journal`)
+            let takes_options = kind != Kind::Fuse2fs;
+            let mount_options = match name.split_once('@') {
                 None => String::new(),
                 Some((_, o)) if takes_options && !o.is_empty() => o.replace(';', ","),
                 Some(_) => {
                     return Err(format!(
-                        "target {name}: only moafs, memfs and passthrough take mount options \
-                         (moafs@opt;opt=value)"
+                        "target {name}: fuse2fs takes no mount options (moafs@opt;opt=value, \
+                         ext4@data=journal)"
                     ))
                 }
             };
@@ -232,7 +233,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                 size,
                 backing: a.backing.clone(),
                 moafs: std::env::current_exe().map_err(|e| e.to_string())?,
-                moafs_options,
+                mount_options,
             })
         } else {
             let d = PathBuf::from(name);

@@ -291,7 +291,7 @@ fn a_managed_moafs_is_on_a_loop_device_and_taken_down_also_after_its_daemon_died
         size: 256 << 20,
         backing: backing.path().to_path_buf(),
         moafs: BIN.into(),
-        moafs_options: String::new(),
+        mount_options: String::new(),
     };
     let write_files = |dir: &std::path::Path| {
         for i in 0..20 {
