@@ -103,7 +103,12 @@ impl Environment {
         };
         let (memory_limit, memory_limit_source) = memory_limit();
         Environment {
-            run_id: run_id(&now.strftime("%Y%m%dT%H%M%S").to_string(), &commit),
+            // one id for every result file of a run made of several commands (the evidence
+            // run, `scripts/evidence.sh`), else one of its own
+            run_id: match std::env::var("MOAFS_RUN_ID") {
+                Ok(id) if !id.trim().is_empty() => id.trim().to_string(),
+                _ => run_id(&now.strftime("%Y%m%dT%H%M%S").to_string(), &commit),
+            },
             time: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             hostname: or_unknown(read("/proc/sys/kernel/hostname")),
             kernel: Kernel {

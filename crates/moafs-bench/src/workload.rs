@@ -434,6 +434,9 @@ pub struct Preset {
     pub duration_secs: f64,
 }
 
+/// The presets' names, for `--list` and errors.
+pub const PRESETS: &[&str] = &["quick", "headline", "paper004", "full"];
+
 /// `quick`: about four minutes on one target (Filebench runs of 10 s, filesets scaled down,
 /// threads as the personalities say); `full`: every workload at full size, Filebench's 60 s
 /// runs (the results table in docs/results/HISTORY-benchmarks.md; long).
@@ -456,6 +459,43 @@ pub fn preset(name: &str) -> Option<Preset> {
             // Filebench's own default is 60 s; 10 s is the least that still lets the file
             // set turn over and the caches settle at these sizes
             duration_secs: 10.0,
+        },
+        // README's headline (issue 46): Filebench's four personalities, PostMark, SQLite in
+        // both journal modes, fio's fsync writers and a kernel-tree untar; the file sets of
+        // fileserver and webproxy at a quarter (a fresh image each run, on DRAM and on disk)
+        "headline" => Preset {
+            name: "headline",
+            workloads: vec![
+                ("fileserver", 0.25),
+                ("varmail", 1.0),
+                ("webserver", 1.0),
+                ("webproxy", 0.25),
+                ("postmark-quick", 1.0),
+                ("sqlite-wal", 1.0),
+                ("sqlite-delete", 1.0),
+                ("tool-fio-fsync-8", 1.0),
+                ("tool-untar-linux", 1.0),
+            ],
+            reps: 5,
+            duration_secs: 20.0,
+        },
+        // paper 004's table: PostMark small / medium / large with 512, 4096 and 8192-byte
+        // buffers, 5 runs each
+        "paper004" => Preset {
+            name: "paper004",
+            workloads: vec![
+                ("postmark-p004-small:512", 1.0),
+                ("postmark-p004-small:4096", 1.0),
+                ("postmark-p004-small:8192", 1.0),
+                ("postmark-p004-medium:512", 1.0),
+                ("postmark-p004-medium:4096", 1.0),
+                ("postmark-p004-medium:8192", 1.0),
+                ("postmark-p004-large:512", 1.0),
+                ("postmark-p004-large:4096", 1.0),
+                ("postmark-p004-large:8192", 1.0),
+            ],
+            reps: 5,
+            duration_secs: 60.0,
         },
         "full" => Preset {
             name: "full",

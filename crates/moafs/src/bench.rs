@@ -11,7 +11,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "postmark-quick")]
     pub(crate) workload: String,
     /// A set of workloads with their sizes and repetitions: `quick` (about two minutes per
-    /// target) or `full` (every workload at full size). Replaces --workload.
+    /// target), `headline` (README's table), `paper004` (paper 004's PostMark table) or `full`
+    /// (every workload at full size). Replaces --workload.
     #[arg(long)]
     pub(crate) preset: Option<String>,
     /// `engine` (in-process on memory; `engine:file` on an image in --backing, `engine:hdd`
@@ -93,7 +94,7 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             say!("  {name:16} {what}");
         }
         say!("presets:");
-        for name in ["quick", "full"] {
+        for &name in moafs_bench::workload::PRESETS {
             if let Some(p) = moafs_bench::workload::preset(name) {
                 let names: Vec<&str> = p.workloads.iter().map(|w| w.0).collect();
                 say!(
@@ -133,7 +134,10 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
     let preset = match &a.preset {
         None => None,
         Some(p) => Some(moafs_bench::workload::preset(p).ok_or_else(|| {
-            format!("unknown preset {p:?} (quick or full; see `moafs bench --list`)")
+            format!(
+                "unknown preset {p:?} ({}; see `moafs bench --list`)",
+                moafs_bench::workload::PRESETS.join(", ")
+            )
         })?),
     };
     let reps = a
