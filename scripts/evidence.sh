@@ -50,7 +50,9 @@ fi
 STEPS=${STEPS:-"models headline-shm headline-disk paper002 paper004"}
 export MOAFS_RUN_ID=$RUN_ID
 mkdir -p "$OUT" "$DISK"
-trap 'rmdir "$DISK" 2>/dev/null || true' EXIT
+# a copy of the binary: a build during the run must not change what is measured
+cp "$MOAFS" "$DISK/moafs.bin"; MOAFS=$DISK/moafs.bin
+trap 'rm -f "$DISK/moafs.bin"; rmdir "$DISK" 2>/dev/null || true' EXIT
 log() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$OUT/progress.txt"; }
 {
   echo "run id:  $RUN_ID"

@@ -188,18 +188,22 @@ pub fn parse_sysbench(text: &str) -> Option<f64> {
         .ok()
 }
 
-/// fio's JSON: the first job's read IOPS and runtime (ms).
-pub fn parse_fio(text: &str) -> Option<(f64, f64)> {
-    // fio may print notes before the JSON document
+/// fio's JSON document's first job (fio may print notes before the document).
+fn fio_job(text: &str) -> Option<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
-    let read = &v["jobs"][0]["read"];
-    Some((read["iops"].as_f64()?, read["runtime"].as_f64()?))
+    Some(v["jobs"][0].clone())
 }
 
-/// fio's JSON: the first job's read completion latencies (`clat_ns`), in µs.
-pub fn parse_fio_latency(text: &str) -> Option<LatencySummary> {
-    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
-    let c = &v["jobs"][0]["read"]["clat_ns"];
+/// The IOPS and runtime (ms) of one direction (`read`, `write`) of fio's first job.
+fn fio_rate(text: &str, dir: &str) -> Option<(f64, f64)> {
+    let d = &fio_job(text)?[dir];
+    Some((d["iops"].as_f64()?, d["runtime"].as_f64()?))
+}
+
+/// A latency record of fio's first job (`read.clat_ns`, `sync.lat_ns` …), in µs.
+fn fio_latency(text: &str, dir: &str, kind: &str) -> Option<LatencySummary> {
+    let job = fio_job(text)?;
+    let c = &job[dir][kind];
     let pct = |p: &str| c["percentile"][p].as_f64().map(|ns| ns / 1000.0);
     Some(LatencySummary {
         count: c["N"].as_u64()?,
@@ -209,6 +213,16 @@ pub fn parse_fio_latency(text: &str) -> Option<LatencySummary> {
         p999_us: pct("99.900000")?,
         max_us: c["max"].as_f64()? / 1000.0,
     })
+}
+
+/// fio's JSON: the first job's read IOPS and runtime (ms).
+pub fn parse_fio(text: &str) -> Option<(f64, f64)> {
+    fio_rate(text, "read")
+}
+
+/// fio's JSON: the first job's read completion latencies (`clat_ns`), in µs.
+pub fn parse_fio_latency(text: &str) -> Option<LatencySummary> {
+    fio_latency(text, "read", "clat_ns")
 }
 
 /// sysbench's `--histogram` (values in ms, one line per bucket: `value |*** count`) and its
@@ -675,24 +689,12 @@ fn remove_prefixed(dir: &Path, prefix: &str) -> io::Result<()> {
 
 /// fio's JSON (group reporting): the write IOPS and runtime (ms) of all jobs.
 pub fn parse_fio_write(text: &str) -> Option<(f64, f64)> {
-    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
-    let w = &v["jobs"][0]["write"];
-    Some((w["iops"].as_f64()?, w["runtime"].as_f64()?))
+    fio_rate(text, "write")
 }
 
 /// fio's JSON: the fsync latencies (`sync.lat_ns`), in µs.
 pub fn parse_fio_sync_latency(text: &str) -> Option<LatencySummary> {
-    let v: serde_json::Value = serde_json::from_str(&text[text.find('{')?..]).ok()?;
-    let c = &v["jobs"][0]["sync"]["lat_ns"];
-    let pct = |p: &str| c["percentile"][p].as_f64().map(|ns| ns / 1000.0);
-    Some(LatencySummary {
-        count: c["N"].as_u64()?,
-        mean_us: c["mean"].as_f64()? / 1000.0,
-        p50_us: pct("50.000000")?,
-        p99_us: pct("99.000000")?,
-        p999_us: pct("99.900000")?,
-        max_us: c["max"].as_f64()? / 1000.0,
-    })
+    fio_latency(text, "sync", "lat_ns")
 }
 
 /// The Linux source tree as an uncompressed tar (decompressing xz would cost every target the
