@@ -96,18 +96,19 @@ pub fn ratio_chart(title: &str, baseline: &str, groups: &[Group]) -> Result<Stri
     if groups.is_empty() || targets.is_empty() {
         return Err("nothing to chart".into());
     }
-    // the y range: every bar and whisker, and 1, with room, on powers of two
+    // the y range: every bar and 1, with room for the whiskers; a whisker reaching further
+    // (few repetitions make wide intervals) is cut at the edge
     let values = groups
         .iter()
         .flat_map(|g| &g.bars)
-        .flat_map(|b| [b.low, b.high, b.ratio])
+        .map(|b| b.ratio)
         .filter(|v| v.is_finite() && *v > 0.0);
     let (mut lo, mut hi) = (1.0f64, 1.0f64);
     for v in values {
         lo = lo.min(v);
         hi = hi.max(v);
     }
-    let (lo, hi) = (lo / 1.3, hi * 1.3);
+    let (lo, hi) = (lo / 2.0, hi * 2.0);
     let n = groups.len();
     const LEGEND: u32 = 170;
     let width = (160 + 36 * n * targets.len()).clamp(480, 1400) as u32 + LEGEND;
@@ -165,7 +166,11 @@ pub fn ratio_chart(title: &str, baseline: &str, groups: &[Group]) -> Result<Stri
                 }
             })
             .y_desc(format!("rate as a multiple of {baseline}'s (log scale)"))
-            .y_label_formatter(&|y| format!("{y:.2}×"))
+            .y_label_formatter(&|y| match *y {
+                y if y >= 0.1 => format!("{y:.2}×"),
+                y if y >= 0.001 => format!("{y:.3}×"),
+                y => format!("{y:.0e}×"),
+            })
             .draw()
             .map_err(|e| e.to_string())?;
         // the baseline
@@ -196,14 +201,14 @@ pub fn ratio_chart(title: &str, baseline: &str, groups: &[Group]) -> Result<Stri
                     )
                 }))
                 .map_err(|e| e.to_string())?;
-            // each bar's ratio, written beyond its end
+            // each bar's ratio, written just beyond its end
             let small = ("sans-serif", 11).into_font();
             chart
                 .draw_series(bars.iter().map(|(x, b)| {
                     let end = if b.ratio >= 1.0 {
-                        b.high.max(b.ratio) * 1.04
+                        b.ratio * 1.04
                     } else {
-                        b.low.min(b.ratio) / 1.04
+                        b.ratio / 1.04
                     };
                     let style = TextStyle::from(small.clone()).pos(Pos::new(
                         HPos::Center,
