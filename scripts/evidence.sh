@@ -10,12 +10,24 @@
 #   scripts/evidence.sh                  # the whole run: hours; nothing else may run meanwhile
 #   EVIDENCE=smoke scripts/evidence.sh   # every step at a tiny size, into target/: checks the
 #                                        # pipeline in minutes, its numbers mean nothing
-#   REPS=5 DURATION=20 DISK=/var/tmp/moafs-evidence STEPS="models headline-shm …"
+#   REPS=5 DURATION=10 DISK=/var/tmp/moafs-evidence STEPS="models headline-shm …"
+#
+# The whole run takes about two and a half hours on this project's 2-core machines: start it
+# in a worktree of the commit to measure (git worktree add), so that work on main goes on.
 #
 # Root (loop devices, mounts, memory cgroups). Needs a clean tree for the full run (the
 # commit must name the code measured); EVIDENCE_DIRTY=1 overrides and the run id says so.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+root=${EVIDENCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root"
+# bash reads a script as it runs: run a copy, so that an edit of this file during the hours
+# of a run cannot change what the rest of it does
+if [ -z "${EVIDENCE_SCRIPT_COPY:-}" ]; then
+  copy=$(mktemp /tmp/moafs-evidence.XXXXXX.sh)
+  cp "$0" "$copy"
+  EVIDENCE_ROOT=$root EVIDENCE_SCRIPT_COPY=$copy exec bash "$copy" "$@"
+fi
+trap 'rm -f "$EVIDENCE_SCRIPT_COPY"' EXIT
 MOAFS=${MOAFS:-$PWD/target/release/moafs}
 MODE=${EVIDENCE:-full}
 DISK=${DISK:-/var/tmp/moafs-evidence}
@@ -41,7 +53,7 @@ if [ "$MODE" = smoke ]; then
   RUN_ID=${RUN_ID:-$(date -u +%Y%m%dT%H%M%S)-$commit-smoke}
   OUT=${OUT:-target/evidence-smoke/$RUN_ID}
 else
-  REPS=${REPS:-5}; DURATION=${DURATION:-20}; SCALE=${SCALE:-1}; SIZE=${SIZE:-4G}
+  REPS=${REPS:-5}; DURATION=${DURATION:-10}; SCALE=${SCALE:-1}; SIZE=${SIZE:-4G}
   P002_SIZE=${P002_SIZE:-16G}; P002_MEM=${P002_MEM:-1536M}
   MODEL_ARGS=(); COWRITE_ARGS=(--utilisation 0,30)
   RUN_ID=${RUN_ID:-$(date -u +%Y%m%dT%H%M%S)-$commit-evidence}
@@ -52,7 +64,7 @@ export MOAFS_RUN_ID=$RUN_ID
 mkdir -p "$OUT" "$DISK"
 # a copy of the binary: a build during the run must not change what is measured
 cp "$MOAFS" "$DISK/moafs.bin"; MOAFS=$DISK/moafs.bin
-trap 'rm -f "$DISK/moafs.bin"; rmdir "$DISK" 2>/dev/null || true' EXIT
+trap 'rm -f "$DISK/moafs.bin" "$EVIDENCE_SCRIPT_COPY"; rmdir "$DISK" 2>/dev/null || true' EXIT
 log() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$OUT/progress.txt"; }
 {
   echo "run id:  $RUN_ID"
@@ -60,7 +72,7 @@ log() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$OUT/progress.txt"; }
   echo "steps:   $STEPS"
   echo "command: EVIDENCE=$MODE REPS=$REPS DURATION=$DURATION SCALE=$SCALE SIZE=$SIZE DISK=$DISK scripts/evidence.sh"
 } > "$OUT/RUN.txt"
-cp "$0" "$OUT/evidence.sh"
+cp "$EVIDENCE_SCRIPT_COPY" "$OUT/evidence.sh"
 
 # blockdev readahead of the loop devices: the harness sets 128 KiB on every managed target
 bench() { "$MOAFS" bench --watch-ms 300 "$@"; }
