@@ -71,8 +71,10 @@ command -v unshare >/dev/null || skip "unshare is missing (util-linux)"
 work=$(mktemp -d /tmp/moafs-nonroot.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
-# the binary must be reachable by the user (a checkout under /root is not)
-runuser -u "$user" -- test -x "$MOAFS" || skip "$MOAFS is not reachable by $user"
+# a copy of the binary the user can reach (a checkout under /root, or a CI clone in a
+# private directory, is not)
+cp "$MOAFS" "$work/moafs"; chmod 755 "$work/moafs"; MOAFS=$work/moafs
+cp "$0" "$work/nonroot.sh"; chmod 755 "$work/nonroot.sh"
 for conf in no yes; do
   mkdir -m 700 "$work/$conf"; chown "$user:" "$work/$conf"
   if [ "$conf" = yes ]; then echo user_allow_other > "$work/fuse.conf"; else : > "$work/fuse.conf"; fi
@@ -87,6 +89,6 @@ for conf in no yes; do
     fi
     mount --bind "$1/fuse.conf" /etc/fuse.conf
     exec runuser -u "$2" -- env MOAFS="$3" bash "$4" --cycle "$1/$5" "$5"
-  ' _ "$work" "$user" "$MOAFS" "$PWD/scripts/nonroot.sh" "$conf"
+  ' _ "$work" "$user" "$MOAFS" "$work/nonroot.sh" "$conf"
 done
 echo "nonroot: the whole cycle passed as $user (allow_other refused without user_allow_other, served with it)"
