@@ -11,6 +11,7 @@
 #   EVIDENCE=smoke scripts/evidence.sh   # every step at a tiny size, into target/: checks the
 #                                        # pipeline in minutes, its numbers mean nothing
 #   REPS=5 DURATION=10 DISK=/var/tmp/moafs-evidence STEPS="models headline-shm …"
+#   RUN_ID=… OUT=docs/results/evidence-… scripts/evidence.sh   # go on with a run cut short
 #
 # The whole run takes about two and a half hours on this project's 2-core machines: start it
 # in a worktree of the commit to measure (git worktree add), so that work on main goes on.
@@ -66,18 +67,32 @@ mkdir -p "$OUT" "$DISK"
 cp "$MOAFS" "$DISK/moafs.bin"; MOAFS=$DISK/moafs.bin
 trap 'rm -f "$DISK/moafs.bin" "$EVIDENCE_SCRIPT_COPY"; rmdir "$DISK" 2>/dev/null || true' EXIT
 log() { echo "== $* ($(date -u +%H:%M:%S))" | tee -a "$OUT/progress.txt"; }
+[ -e "$OUT/RUN.txt" ] && echo "--- resumed $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$OUT/RUN.txt"
 {
   echo "run id:  $RUN_ID"
   echo "mode:    $MODE (reps $REPS, Filebench $DURATION s, scale $SCALE, images $SIZE)"
   echo "steps:   $STEPS"
   echo "command: EVIDENCE=$MODE REPS=$REPS DURATION=$DURATION SCALE=$SCALE SIZE=$SIZE DISK=$DISK scripts/evidence.sh"
-} > "$OUT/RUN.txt"
+} >> "$OUT/RUN.txt"
 cp "$EVIDENCE_SCRIPT_COPY" "$OUT/evidence.sh"
 
 # blockdev readahead of the loop devices: the harness sets 128 KiB on every managed target
 bench() { "$MOAFS" bench --watch-ms 300 "$@"; }
 targets=ext4,xfs,btrfs,fuse2fs,memfs,moafs
+# what each step leaves; a step whose files are there is not run again, so a run cut short
+# goes on where it stopped (the same RUN_ID and OUT, at the same commit)
+made_by() {
+  case $1 in
+    models) echo "p001-readahead.json p003-bytelog.json p000-cowrite.json" ;;
+    paper002) echo "p002-fileserver-scenarios.json p002-varmail-background.json" ;;
+    paper004) echo "p004-journal.json" ;;
+    *) echo "$1.json" ;;
+  esac
+}
 for step in $STEPS; do
+  done_already=1
+  for f in $(made_by "$step"); do [ -s "$OUT/$f" ] || done_already=0; done
+  if [ $done_already = 1 ]; then log "$step: already made, kept"; continue; fi
   case $step in
     models)
       log "paper 001: readahead on the model disk and SSD"
