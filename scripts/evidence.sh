@@ -19,13 +19,14 @@
 # Root (loop devices, mounts, memory cgroups). Needs a clean tree for the full run (the
 # commit must name the code measured); EVIDENCE_DIRTY=1 overrides and the run id says so.
 set -euo pipefail
-root=${EVIDENCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+self=$(readlink -f "$0")
+root=${EVIDENCE_ROOT:-$(cd "$(dirname "$self")/.." && pwd)}
 cd "$root"
 # bash reads a script as it runs: run a copy, so that an edit of this file during the hours
 # of a run cannot change what the rest of it does
 if [ -z "${EVIDENCE_SCRIPT_COPY:-}" ]; then
   copy=$(mktemp /tmp/moafs-evidence.XXXXXX.sh)
-  cp "$0" "$copy"
+  cp "$self" "$copy"
   EVIDENCE_ROOT=$root EVIDENCE_SCRIPT_COPY=$copy exec bash "$copy" "$@"
 fi
 trap 'rm -f "$EVIDENCE_SCRIPT_COPY"' EXIT
@@ -33,7 +34,8 @@ MOAFS=${MOAFS:-$PWD/target/release/moafs}
 MODE=${EVIDENCE:-full}
 DISK=${DISK:-/var/tmp/moafs-evidence}
 [ "$(id -u)" -eq 0 ] || { echo "evidence.sh needs root (loop devices, mounts, cgroups)" >&2; exit 2; }
-[ -x "$MOAFS" ] || cargo build --release --quiet
+# the binary of this commit (a build left from another would be measured under its name)
+cargo build --release --quiet
 commit=$(git rev-parse --short=7 HEAD)
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
   if [ "$MODE" = full ] && [ "${EVIDENCE_DIRTY:-0}" != 1 ]; then
@@ -41,10 +43,6 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
     exit 2
   fi
   commit=$commit-dirty
-fi
-# the untar workload's tree
-if ! compgen -G "/usr/src/linux-source-*.tar.xz" >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source >/dev/null
 fi
 
 if [ "$MODE" = smoke ]; then
@@ -61,6 +59,15 @@ else
   OUT=${OUT:-docs/results/evidence-$RUN_ID}
 fi
 STEPS=${STEPS:-"models headline-shm headline-disk paper002 paper004"}
+# the untar workload's tree (Debian's linux-source), for the headline steps
+if [[ " $STEPS " == *" headline-"* ]] && ! compgen -G "/usr/src/linux-source-*.tar.xz" >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-source >/dev/null
+fi
+# going on with a run: only at the commit it began at
+if [ -e "$OUT/RUN.txt" ] && [[ "$RUN_ID" != *"-$commit-"* ]]; then
+  echo "evidence.sh: $OUT is run $RUN_ID, not of commit $commit: check out its commit to go on with it" >&2
+  exit 2
+fi
 export MOAFS_RUN_ID=$RUN_ID
 mkdir -p "$OUT" "$DISK"
 # a copy of the binary: a build during the run must not change what is measured
@@ -86,7 +93,7 @@ made_by() {
     models) echo "p001-readahead.json p003-bytelog.json p000-cowrite.json" ;;
     paper002) echo "p002-fileserver-scenarios.json p002-varmail-background.json" ;;
     paper004) echo "p004-journal.json" ;;
-    *) echo "$1.json" ;;
+    *) echo "$1.json $1.svg" ;;
   esac
 }
 for step in $STEPS; do

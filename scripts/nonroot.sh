@@ -10,7 +10,8 @@
 # changed. Run as a user, it uses the machine as it is, and skips with the reason where
 # /dev/fuse is root's only.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+self=$(readlink -f "$0")
+cd "$(dirname "$self")/.."
 MOAFS=${MOAFS:-$PWD/target/release/moafs}
 
 skip() { echo "nonroot: skipped: $*"; exit 0; }
@@ -59,8 +60,8 @@ if [ "$(id -u)" -ne 0 ]; then
   [ -r /dev/fuse ] && [ -w /dev/fuse ] || skip "/dev/fuse is root's only on this machine ($(stat -c %A /dev/fuse))"
   conf=no; grep -qs '^user_allow_other' /etc/fuse.conf && conf=yes
   work=$(mktemp -d)
-  cycle "$work" "$conf"
-  rm -rf "$work"
+  trap 'rm -rf "$work"' EXIT
+  ( cycle "$work" "$conf" )
   echo "nonroot: the whole cycle passed as $(id -un)"
   exit 0
 fi
@@ -74,7 +75,7 @@ chmod 755 "$work"
 # a copy of the binary the user can reach (a checkout under /root, or a CI clone in a
 # private directory, is not)
 cp "$MOAFS" "$work/moafs"; chmod 755 "$work/moafs"; MOAFS=$work/moafs
-cp "$0" "$work/nonroot.sh"; chmod 755 "$work/nonroot.sh"
+cp "$self" "$work/nonroot.sh"; chmod 755 "$work/nonroot.sh"
 for conf in no yes; do
   mkdir -m 700 "$work/$conf"; chown "$user:" "$work/$conf"
   if [ "$conf" = yes ]; then echo user_allow_other > "$work/fuse.conf"; else : > "$work/fuse.conf"; fi
@@ -84,8 +85,11 @@ for conf in no yes; do
   unshare -m --propagation private bash -c '
     set -e
     if [ "$(stat -c %a /dev/fuse)" != 666 ]; then
-      [ -e "$1/fuse" ] || mknod -m 666 "$1/fuse" c 10 229
-      mount --bind "$1/fuse" /dev/fuse
+      # the node on a tmpfs of its own: /tmp may be mounted nodev
+      mkdir -p "$1/devnode"
+      mount -t tmpfs -o mode=755 moafs-nonroot "$1/devnode"
+      mknod -m 666 "$1/devnode/fuse" c 10 229
+      mount --bind "$1/devnode/fuse" /dev/fuse
     fi
     mount --bind "$1/fuse.conf" /etc/fuse.conf
     exec runuser -u "$2" -- env MOAFS="$3" bash "$4" --cycle "$1/$5" "$5"

@@ -81,6 +81,15 @@ fn colour(target: &str, i: usize) -> RGBColor {
     }
 }
 
+/// A ratio with two significant digits at least (0.015 is not 0.01, 0.004 not 0.00).
+fn ratio_label(r: f64) -> String {
+    match r {
+        r if r >= 0.1 => format!("{r:.2}"),
+        r if r >= 0.001 => format!("{r:.3}"),
+        r => format!("{r:.0e}"),
+    }
+}
+
 /// The chart as an SVG document: `title` above, one group of bars per workload.
 pub fn ratio_chart(title: &str, baseline: &str, groups: &[Group]) -> Result<String, String> {
     let targets: Vec<String> = {
@@ -166,11 +175,7 @@ pub fn ratio_chart(title: &str, baseline: &str, groups: &[Group]) -> Result<Stri
                 }
             })
             .y_desc(format!("rate as a multiple of {baseline}'s (log scale)"))
-            .y_label_formatter(&|y| match *y {
-                y if y >= 0.1 => format!("{y:.2}×"),
-                y if y >= 0.001 => format!("{y:.3}×"),
-                y => format!("{y:.0e}×"),
-            })
+            .y_label_formatter(&|y| format!("{}×", ratio_label(*y)))
             .draw()
             .map_err(|e| e.to_string())?;
         // the baseline
@@ -219,7 +224,7 @@ pub fn ratio_chart(title: &str, baseline: &str, groups: &[Group]) -> Result<Stri
                         },
                     ));
                     Text::new(
-                        format!("{:.2}", b.ratio),
+                        ratio_label(b.ratio),
                         (*x + slot * 0.5, end.clamp(lo, hi)),
                         style,
                     )

@@ -18,6 +18,7 @@ pub mod micro;
 pub mod outcome;
 pub mod postmark;
 pub mod procstat;
+pub mod programs;
 pub mod readahead_exp;
 #[cfg(test)]
 mod run_once_tests;

@@ -218,7 +218,7 @@ fn run(cmd: &mut Command) -> io::Result<String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| crate::tools::spawn_error(&cmd.get_program().to_string_lossy(), e))?;
+        .map_err(|e| crate::programs::spawn_error(&cmd.get_program().to_string_lossy(), e))?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
             "{:?} {:?} failed ({}): {}",
@@ -369,7 +369,7 @@ impl Managed {
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .spawn()
-                    .map_err(|e| crate::tools::spawn_error("fuse2fs", e))?;
+                    .map_err(|e| crate::programs::spawn_error("fuse2fs", e))?;
                 m.daemon_pid = Some(child.id() as i32);
                 m.child = Some(child);
                 if !wait_until(Duration::from_secs(10), || is_mounted(&m.mnt)) {

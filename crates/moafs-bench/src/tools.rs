@@ -5,6 +5,7 @@
 
 use crate::latency::LatencySummary;
 use crate::outcome::Outcome;
+pub use crate::programs::{installed, not_installed, package_of, spawn_error};
 use crate::target::Target;
 use serde::Serialize;
 use std::io;
@@ -88,51 +89,6 @@ fn linux_tarball_xz() -> Option<std::path::PathBuf> {
         .collect();
     found.sort();
     found.pop()
-}
-
-/// Whether `program` is on the PATH.
-pub fn installed(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
-/// The Debian package that brings `program`, for the tools the harness runs.
-pub fn package_of(program: &str) -> &str {
-    let name = program.rsplit('/').next().unwrap_or(program);
-    match name {
-        "mkfs.ext4" | "e2fsck" | "tune2fs" | "debugfs" => "e2fsprogs",
-        "mkfs.xfs" | "xfs_repair" | "xfs_io" => "xfsprogs",
-        "mkfs.btrfs" | "btrfs" => "btrfs-progs",
-        "fusermount3" => "fuse3",
-        "losetup" | "mount" | "umount" => "mount",
-        "blockdev" => "util-linux",
-        "perf" => "linux-perf",
-        "kill" => "procps",
-        "sleep" | "sync" => "coreutils",
-        "sh" => "dash",
-        other => other, // postmark, sysbench, fio, bonnie++, dbench, filebench, fuse2fs
-    }
-}
-
-/// The error for a tool that is not on the PATH: which, and the package that brings it.
-pub fn not_installed(program: &str) -> String {
-    format!(
-        "{program} is not installed (Debian: apt-get install {})",
-        package_of(program)
-    )
-}
-
-/// The error of a program that could not be started: a missing one named with its package.
-pub fn spawn_error(program: &str, e: io::Error) -> io::Error {
-    match e.kind() {
-        io::ErrorKind::NotFound => io::Error::new(e.kind(), not_installed(program)),
-        k => io::Error::new(k, format!("{program}: {e}")),
-    }
 }
 
 /// Runs `cmd` (in `dir`), returns stdout; a failure is an error with its stderr.
@@ -582,24 +538,33 @@ pub fn run(
                 Some(first_members(&archive, cfg.files)?)
             };
             let work = dir.join("untar");
-            std::fs::create_dir(&work)?;
-            between()?;
-            let measured = Instant::now();
-            let mut c = Command::new(prog);
-            c.arg("-xf").arg(&archive).arg("-C").arg(&work);
-            if let Some(list) = &members {
-                c.arg("--no-recursion").arg("-T").arg(list);
-            }
-            let made = output(&mut c, dir);
-            // what a user waits for: the tree on the device
-            let synced = made.and_then(|_| t.sync());
-            let secs = measured.elapsed().as_secs_f64();
+            let run = || -> io::Result<(f64, (u64, u64, u64))> {
+                std::fs::create_dir(&work)?;
+                between()?;
+                let measured = Instant::now();
+                let mut c = Command::new(prog);
+                c.arg("-xf").arg(&archive).arg("-C").arg(&work);
+                if let Some(list) = &members {
+                    // each member once, and no reading past the last one
+                    c.args(["--no-recursion", "--occurrence", "-T"]).arg(list);
+                }
+                output(&mut c, dir)?;
+                // what a user waits for: the tree on the device
+                t.sync()?;
+                let secs = measured.elapsed().as_secs_f64();
+                Ok((secs, count_tree(&work)?))
+            };
+            let ran = run();
+            // the list and the tree go whatever happened (a next run makes them anew)
             if let Some(list) = &members {
                 let _ = std::fs::remove_file(list);
             }
-            synced?;
-            let (files, dirs, bytes) = count_tree(&work)?;
-            std::fs::remove_dir_all(&work)?;
+            let removed = match std::fs::remove_dir_all(&work) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+            let (secs, (files, dirs, bytes)) = ran?;
+            removed?;
             let entries = files + dirs;
             let o = Outcome::new(entries as f64, "entries", secs, start)
                 .count("files", files)
@@ -708,12 +673,25 @@ pub fn linux_tarball() -> io::Result<std::path::PathBuf> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| "/var/tmp/moafs-bench-cache".into());
     std::fs::create_dir_all(&cache)?;
-    let stem = xz.file_stem().unwrap_or_default().to_owned(); // linux-source-6.1.tar
-    let tar = cache.join(&stem);
+    // named by the xz file's size and time too: Debian keeps the name across 6.1.x updates
+    let m = std::fs::metadata(&xz)?;
+    let mtime = m
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let stem = xz
+        .file_stem()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let name = format!("{}-{}-{mtime}.tar", stem.trim_end_matches(".tar"), m.len());
+    let tar = cache.join(&name);
     if tar.exists() {
         return Ok(tar);
     }
-    let part = cache.join(format!("{}.part", stem.to_string_lossy()));
+    // a part of this process's own: two runs starting at once each make theirs
+    let part = cache.join(format!("{name}.part.{}", std::process::id()));
     let out = std::fs::File::create(&part)?;
     let st = Command::new("xz")
         .arg("-dc")
@@ -722,6 +700,7 @@ pub fn linux_tarball() -> io::Result<std::path::PathBuf> {
         .status()
         .map_err(|e| spawn_error("xz", e))?;
     if !st.success() {
+        let _ = std::fs::remove_file(&part);
         return Err(io::Error::other(format!("xz -dc {} failed", xz.display())));
     }
     std::fs::rename(&part, &tar)?;

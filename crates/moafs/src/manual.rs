@@ -25,8 +25,8 @@ const fn opt(syntax: &'static str, example: &'static str, text: &'static str) ->
     }
 }
 
-/// The mount options, by topic. Anything else is an error, but the generic options of
-/// mount(8) (the last group).
+/// The mount options, by topic. Anything else is refused, but what mount(8) and mount.fuse3
+/// hand back to a helper (`user_id=`, `group_id=`, `rootmode=`, `fsname=`, …).
 pub(crate) const MOUNT_OPTIONS: &[(&str, &[MountOption])] = &[
     (
         "Durability",
@@ -315,8 +315,10 @@ pub(crate) const MOUNT_OPTIONS: &[(&str, &[MountOption])] = &[
     (
         "Generic",
         &[opt(
-            "rw, noatime, nodev, nosuid, noexec, sync, dirsync, lazytime, auto, noauto, \
-               user, nofail, _netdev, defaults, x-*, remount",
+            "rw, atime, noatime, relatime, norelatime, strictatime, nostrictatime, diratime, \
+               nodiratime, lazytime, nolazytime, dev, nodev, suid, nosuid, exec, noexec, sync, \
+               async, dirsync, auto, noauto, user, nouser, nofail, _netdev, defaults, x-*, \
+               remount, bind",
             "noatime",
             "mount(8)'s generic options: the VFS flags are passed to the kernel, the rest \
                accepted and ignored. The same image mounted twice is refused (lock).",
@@ -326,7 +328,10 @@ pub(crate) const MOUNT_OPTIONS: &[(&str, &[MountOption])] = &[
 
 /// The mount options as text, for `moafs mount --help`.
 pub(crate) fn mount_options_text() -> String {
-    let mut s = String::from("Mount options (-o, comma-separated; anything else is an error):\n");
+    let mut s = String::from(
+        "Mount options (-o, comma-separated; others are refused, but those mount(8) hands \
+         back to a helper):\n",
+    );
     for (topic, opts) in MOUNT_OPTIONS {
         s.push_str(&format!("\n{topic}:\n"));
         for o in *opts {
@@ -392,7 +397,8 @@ fn mount_options_section(roff: &mut Roff) {
     roff.control("SH", ["MOUNT OPTIONS"]);
     roff.text([roman(
         "Given with -o, comma-separated, or in the fourth field of an /etc/fstab line. \
-         Anything not listed here is an error.",
+         Other options are refused, but those mount(8) and mount.fuse3 hand back to a \
+         helper (user_id=, group_id=, rootmode=, fsname=, subtype=, …).",
     )]);
     for (topic, opts) in MOUNT_OPTIONS {
         roff.control("SS", [*topic]);
@@ -586,7 +592,15 @@ pub(crate) fn install(man8: &Path, share: &Path) -> Result<Vec<PathBuf>, String>
     }
     for (shell, dir) in [
         (Shell::Bash, "bash-completion/completions"),
-        (Shell::Zsh, "zsh/vendor-completions"),
+        // Debian's zsh looks in vendor-completions under /usr, site-functions elsewhere
+        (
+            Shell::Zsh,
+            if share.parent().and_then(Path::file_name) == Some("usr".as_ref()) {
+                "zsh/vendor-completions"
+            } else {
+                "zsh/site-functions"
+            },
+        ),
         (Shell::Fish, "fish/vendor_completions.d"),
     ] {
         let dir = share.join(dir);

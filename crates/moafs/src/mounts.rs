@@ -511,11 +511,8 @@ pub fn register_umount_helper(image: &Path, mountpoint: &Path) {
     }
 }
 
-/// `umount.fuse.moafs TARGET [-l] [-f]` (what umount(8) runs for a `fuse.moafs` mount, also
-/// `moafs umount`): unmounts, then — unless lazily, or another mount still shows the same
-/// image — waits until the daemon has committed and let go of the image, so that a check, a
-/// copy or a new mount right after `umount` returns finds the image whole and free.
-/// `fusermount3 -u [-z] MOUNTPOINT`: an unprivileged user's unmount of their own FUSE mount.
+/// `fusermount3 -u [-z] MOUNTPOINT`: an unprivileged user's unmount of their own FUSE mount
+/// (fusermount3 has no force: `-f` is not passed on).
 fn fusermount_unmount(target: &Path, lazy: bool) -> Result<(), String> {
     let mut cmd = std::process::Command::new("fusermount3");
     cmd.arg("-u").arg("-q");
@@ -539,6 +536,10 @@ fn fusermount_unmount(target: &Path, lazy: bool) -> Result<(), String> {
     ))
 }
 
+/// `umount.fuse.moafs TARGET [-l] [-f]` (what umount(8) runs for a `fuse.moafs` mount, also
+/// `moafs umount`): unmounts, then — unless lazily, or another mount still shows the same
+/// image — waits until the daemon has committed and let go of the image, so that a check, a
+/// copy or a new mount right after `umount` returns finds the image whole and free.
 pub fn umount(target: &Path, lazy: bool, force: bool) -> Result<(), String> {
     let abs = target
         .canonicalize()
