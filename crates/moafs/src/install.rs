@@ -39,7 +39,8 @@ pub(crate) fn cmd_install(a: &InstallArgs) -> Result<(), String> {
         None if prefix_given => sbin.clone(),
         None => PathBuf::from("/sbin"),
     };
-    let links = [
+    let bin = a.prefix.join("bin");
+    let mut links = vec![
         (sbin.join("mkfs.moafs"), &sbin),
         (sbin.join("fsck.moafs"), &sbin),
         (helper_dir.join("mount.moafs"), &helper_dir),
@@ -51,6 +52,11 @@ pub(crate) fn cmd_install(a: &InstallArgs) -> Result<(), String> {
         (helper_dir.join("umount.fuse.moafs"), &helper_dir),
         (helper_dir.join("umount.fuseblk.moafs"), &helper_dir),
     ];
+    // `moafs` itself on the PATH, when installing the binary where it was built (a
+    // package's tree has the binary at PREFIX/bin already: --exe)
+    if a.exe.is_none() && bin.join("moafs") != exe {
+        links.push((bin.join("moafs"), &bin));
+    }
     for (link, dir) in links {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         match std::fs::symlink_metadata(&link) {

@@ -60,8 +60,9 @@ enum Cmd {
     /// (also as umount.fuse.moafs and umount.fuseblk.moafs, which umount(8) runs for a
     /// fuse.moafs or fuseblk.moafs mount).
     Umount(UmountArgs),
-    /// Symlink mkfs.moafs, fsck.moafs, mount.moafs, mount.fuse.moafs, mount.fuseblk.moafs,
-    /// umount.moafs, umount.fuse.moafs and umount.fuseblk.moafs to this binary.
+    /// Symlink moafs (PREFIX/bin), mkfs.moafs, fsck.moafs, mount.moafs, mount.fuse.moafs,
+    /// mount.fuseblk.moafs, umount.moafs, umount.fuse.moafs and umount.fuseblk.moafs to this
+    /// binary, and install the man pages and the completions of bash, zsh and fish.
     InstallHelpers(InstallArgs),
     /// Run a benchmark workload on a target, repeated, with mean and 95 % confidence interval.
     Bench(BenchArgs),

@@ -57,6 +57,8 @@ fn install_helpers_puts_pages_and_completions_under_the_prefix() {
             "{name}"
         );
     }
+    // with --exe (a package's tree) no PREFIX/bin/moafs: the package has the binary there
+    assert!(!prefix.join("bin/moafs").exists());
     let man8 = prefix.join("share/man/man8");
     let want: &[(&str, &[&str])] = &[
         (
@@ -109,6 +111,21 @@ fn install_helpers_puts_pages_and_completions_under_the_prefix() {
     assert!(prefix
         .join("share/fish/vendor_completions.d/moafs.fish")
         .exists());
+}
+
+#[test]
+fn install_helpers_puts_moafs_itself_on_the_path_of_the_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("local");
+    let out = moafs(&["install-helpers", "--prefix", p(&prefix), "--links-only"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bin = std::fs::read_link(prefix.join("bin/moafs")).unwrap();
+    assert_eq!(
+        bin.canonicalize().unwrap(),
+        std::path::Path::new(common::BIN).canonicalize().unwrap()
+    );
+    // --links-only: no pages
+    assert!(!prefix.join("share/man").exists());
 }
 
 #[test]
