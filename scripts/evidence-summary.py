@@ -93,6 +93,18 @@ def ratio(result, a, b):
     return paired(vals)
 
 
+def stopped_early(result):
+    """Targets with a run that stopped early (Filebench's "could not obtain a file"): its rate
+    is of a shorter run than the others'."""
+    out = set()
+    for rep in result.get("reports", []):
+        for run in rep.get("runs", []):
+            detail = (run.get("outcome") or {}).get("detail") or {}
+            if isinstance(detail, dict) and detail.get("stopped_early"):
+                out.add(rep["target"])
+    return sorted(out)
+
+
 def env_line(doc):
     e = doc.get("environment", {})
     k = e.get("kernel", {})
@@ -118,11 +130,19 @@ def headline(d, step, where):
           "moafs over the FUSE ceiling (memfs).\n")
     print("| workload | unit | " + " | ".join(others) + " | moafs / memfs |")
     print("|---|---|" + "---|" * (len(others) + 1))
+    early = {}
     for res in doc["results"]:
         unit = res["reports"][0].get("unit", "ops")
         cells = [fmt(ratio(res, t, base)) for t in others]
         ceil = fmt(ratio(res, "moafs", "memfs")) if "memfs" in targets and "moafs" in targets else "-"
-        print(f"| {res['workload']} | {unit}/s | " + " | ".join(cells) + f" | {ceil} |")
+        stopped = stopped_early(res)
+        mark = " †" if stopped else ""
+        if stopped:
+            early[res["workload"]] = stopped
+        print(f"| {res['workload']}{mark} | {unit}/s | " + " | ".join(cells) + f" | {ceil} |")
+    for w, t in early.items():
+        print(f"\n† {w}: runs of {', '.join(t)} stopped early (Filebench's \"could not obtain a "
+              "file\": the file set is too small for the threads); not a valid comparison.")
     print(f"\nChart: `{step}.svg`; every run, latency and device counter: `{step}.html`, "
           f"`{step}.txt`.\n")
 
