@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"; cargo fmt --all -- --check
 echo "== cargo clippy"; cargo clippy --workspace --all-targets --release --quiet -- -D warnings
-echo "== source shape (no two sibling files import each other; files under 900 lines before tests)"
+echo "== source shape (README, no import circles among sibling files, files under 900 lines before tests)"
 python3 scripts/shape.py
 echo "== mount helpers (mount(8) and umount(8) run /sbin/mount.fuse{,blk}.moafs, umount.fuse{,blk}.moafs)"
 target/release/moafs install-helpers
