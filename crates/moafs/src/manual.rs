@@ -354,6 +354,7 @@ fn command(name: &str) -> clap::Command {
 type Section = (&'static str, Vec<String>);
 
 fn page(cmd: clap::Command, title: &'static str, sections: &[Section]) -> Result<Vec<u8>, String> {
+    let has_subcommands = cmd.has_subcommands();
     let man = clap_mangen::Man::new(cmd.name(title).bin_name(title))
         .title(title.to_uppercase())
         .section("8")
@@ -366,31 +367,22 @@ fn page(cmd: clap::Command, title: &'static str, sections: &[Section]) -> Result
     man.render_synopsis_section(&mut out).map_err(io)?;
     man.render_description_section(&mut out).map_err(io)?;
     man.render_options_section(&mut out).map_err(io)?;
-    if man_has_subcommands(title) {
+    if has_subcommands {
         man.render_subcommands_section(&mut out).map_err(io)?;
     }
     let mut roff = Roff::new();
     for (heading, paras) in sections {
         roff.control("SH", [*heading]);
         for p in paras {
+            roff.control("PP", []);
             match p.strip_prefix("$ ") {
-                Some(line) => {
-                    roff.control("PP", []);
-                    roff.text([bold(line)]);
-                }
-                None => {
-                    roff.control("PP", []);
-                    roff.text([roman(p.as_str())]);
-                }
-            }
+                Some(line) => roff.text([bold(line)]),
+                None => roff.text([roman(p.as_str())]),
+            };
         }
     }
     out.extend(roff.render().into_bytes());
     Ok(out)
-}
-
-fn man_has_subcommands(title: &str) -> bool {
-    title == "moafs"
 }
 
 fn mount_options_section(roff: &mut Roff) {
@@ -410,14 +402,16 @@ fn mount_options_section(roff: &mut Roff) {
     }
 }
 
-fn see_also(pages: &[&str]) -> Section {
-    ("SEE ALSO", vec![pages.join(", ")])
+/// Every page names the others, and the system's pages a user reads beside them.
+const SEE_ALSO: &str = "moafs(8), mkfs.moafs(8), fsck.moafs(8), mount.moafs(8), umount.moafs(8), \
+                        mount(8), fstab(5), fusermount3(1), fuse(8)";
+
+fn see_also() -> Section {
+    ("SEE ALSO", vec![SEE_ALSO.to_string()])
 }
 
 /// Every page: (file name, roff source).
 pub(crate) fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
-    let all_pages = "moafs(8), mkfs.moafs(8), fsck.moafs(8), mount.moafs(8), umount.moafs(8), \
-                     mount(8), fstab(5), fusermount3(1), fuse(8)";
     let mut out = Vec::new();
     let top = Cli::command();
     out.push((
@@ -459,7 +453,7 @@ pub(crate) fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
                             .into(),
                     ],
                 ),
-                see_also(&[all_pages]),
+                see_also(),
             ],
         )?,
     ));
@@ -484,7 +478,7 @@ pub(crate) fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
                         "$ mkfs -t moafs --block-size 16384 --label data /dev/sdb1".into(),
                     ],
                 ),
-                see_also(&[all_pages]),
+                see_also(),
             ],
         )?,
     ));
@@ -510,7 +504,7 @@ pub(crate) fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
                         "$ fsck.moafs -y disk.img".into(),
                     ],
                 ),
-                see_also(&[all_pages]),
+                see_also(),
             ],
         )?,
     ));
@@ -544,7 +538,7 @@ pub(crate) fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
     }
     roff.text([roman(" (an "), italic("/etc/fstab"), roman(" line)")]);
     roff.control("SH", ["SEE ALSO"]);
-    roff.text([roman(all_pages)]);
+    roff.text([roman(SEE_ALSO)]);
     mount.extend(roff.render().into_bytes());
     out.push(("mount.moafs.8".to_string(), mount));
     // moafs-SUBCOMMAND(8), which moafs(8) lists
@@ -557,7 +551,7 @@ pub(crate) fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
             ),
             _ => String::new(),
         };
-        let mut sections = vec![see_also(&[all_pages])];
+        let mut sections = vec![see_also()];
         if !helper.is_empty() {
             sections.insert(0, ("NOTES", vec![helper]));
         }
@@ -574,7 +568,7 @@ pub(crate) fn pages() -> Result<Vec<(String, Vec<u8>)>, String> {
     }
     out.push((
         "umount.moafs.8".to_string(),
-        page(command("umount"), "umount.moafs", &[see_also(&[all_pages])])?,
+        page(command("umount"), "umount.moafs", &[see_also()])?,
     ));
     Ok(out)
 }
