@@ -69,6 +69,9 @@ fi
 user=tests
 getent passwd "$user" >/dev/null || skip "no user $user to run as (./run test makes it)"
 command -v unshare >/dev/null || skip "unshare is missing (util-linux)"
+# a private mount namespace needs / to be a mount point: inside a chroot it is not
+unshare -m --propagation private true 2>/dev/null ||
+  skip "no private mount namespace here (/ is not a mount point: a chroot?)"
 work=$(mktemp -d /tmp/moafs-nonroot.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"

@@ -20,6 +20,9 @@ skip() { echo "package test: skipped: $*"; exit 0; }
 [ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, chroot)"
 command -v debootstrap >/dev/null || skip "debootstrap is missing (apt-get install debootstrap)"
 command -v unshare >/dev/null || skip "unshare is missing (util-linux)"
+# a private mount namespace needs / to be a mount point: inside a chroot it is not
+unshare -m --propagation private true 2>/dev/null ||
+  skip "no private mount namespace here (/ is not a mount point: a chroot?)"
 
 deb=$(scripts/package.sh)
 base=$CACHE/$SUITE-minbase.tar
