@@ -369,7 +369,7 @@ pub fn run(
                     work.display(),
                     cfg.files,
                     cfg.transactions,
-                    cfg.seed
+                    tool_seed(cfg.seed)
                 ),
             )?;
             between()?;
@@ -421,7 +421,7 @@ pub fn run(
                     "--file-test-mode=rndrd",
                     "--time=0",
                     &format!("--events={}", cfg.transactions),
-                    &format!("--rand-seed={}", cfg.seed.max(1)),
+                    &format!("--rand-seed={}", tool_seed(cfg.seed)),
                     "--histogram=on",
                     mode,
                 ]);
@@ -480,7 +480,7 @@ pub fn run(
                     &format!("--bs={}", cfg.block),
                     &format!("--size={}", cfg.total),
                     &format!("--number_ios={}", cfg.transactions),
-                    &format!("--randseed={}", cfg.seed),
+                    &format!("--randseed={}", tool_seed(cfg.seed)),
                     // fio drops its files' pages before a run by default: leave the cache
                     // state to the harness, as for every other workload
                     "--invalidate=0",
@@ -594,7 +594,7 @@ pub fn run(
                     "root",
                     "-q",
                     "-f",
-                    &format!("-z{}", cfg.seed),
+                    &format!("-z{}", tool_seed(cfg.seed)),
                 ]),
                 dir,
             )?;
@@ -620,6 +620,13 @@ pub fn run(
     }
 }
 
+/// The seed a tool is given: the harness's 64-bit seed folded into 31 bits. The tools read
+/// theirs as a signed number (fio refuses one above 2^63, PostMark and bonnie++ take an
+/// `int`), and sysbench takes 0 as "seed from the clock", so never 0.
+fn tool_seed(seed: u64) -> u64 {
+    ((seed ^ (seed >> 32)) & 0x7fff_ffff).max(1)
+}
+
 /// fio's arguments for the measured run of [`Tool::FioFsync`].
 fn fio_fsync_args(cfg: &ToolConfig) -> Vec<String> {
     vec![
@@ -633,7 +640,7 @@ fn fio_fsync_args(cfg: &ToolConfig) -> Vec<String> {
         format!("--bs={}", cfg.block),
         format!("--size={}", cfg.total),
         format!("--number_ios={}", cfg.transactions),
-        format!("--randseed={}", cfg.seed),
+        format!("--randseed={}", tool_seed(cfg.seed)),
         "--invalidate=0".to_string(),
         "--output-format=json".to_string(),
     ]
@@ -756,6 +763,28 @@ mod tests {
         assert_eq!(parse_fio_write("{}"), None);
         // a read job's output has no fsync latencies
         assert!(parse_fio_sync_latency(r#"{"jobs":[{"read":{}}]}"#).is_none());
+    }
+
+    #[test]
+    fn tools_get_a_seed_they_can_parse() {
+        // a repetition's seed uses all 64 bits (fio failed on randseed=10247000711120590919)
+        for seed in [0, 1, 42, 1 << 31, 10247000711120590919, u64::MAX] {
+            let s = tool_seed(seed);
+            assert!((1..=i32::MAX as u64).contains(&s), "{seed} -> {s}");
+        }
+        assert_ne!(
+            tool_seed(10247000711120590919),
+            tool_seed(10247000711120590918)
+        );
+        let cfg = match crate::workload::named("tool-fio-fsync-8", 1.0, u64::MAX, 1.0) {
+            Some(crate::workload::Spec::Tool(c)) => c,
+            _ => panic!("tool-fio-fsync-8 is a tool workload"),
+        };
+        let seed_arg = fio_fsync_args(&cfg)
+            .into_iter()
+            .find(|a| a.starts_with("--randseed="))
+            .unwrap();
+        assert_eq!(seed_arg, format!("--randseed={}", tool_seed(u64::MAX)));
     }
 
     #[test]

@@ -298,14 +298,16 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    // Ctrl-C: the running workload fails at its next operation and its target is taken
-    // down on the way out; a second Ctrl-C exits at once.
+    // Ctrl-C, SIGTERM or SIGHUP (the ctrlc crate's `termination` feature; `kill` and a
+    // closed terminal must not leave a loop device, a mount or an image behind): the running
+    // workload fails at its next operation and its target is taken down on the way out; a
+    // second signal exits at once.
     let _ = ctrlc::set_handler(|| {
         if moafs_bench::interrupted() {
             moafs_bench::cgroup::cleanup_active();
             std::process::exit(130);
         }
-        eprintln!("moafs bench: interrupted; taking the target down (Ctrl-C again to quit now)");
+        eprintln!("moafs bench: interrupted; taking the target down (again to quit now)");
         moafs_bench::interrupt();
     });
     let make = |i: usize, rep: usize| -> std::io::Result<Box<dyn Target>> {
@@ -373,6 +375,16 @@ pub(crate) fn cmd_bench(a: &BenchArgs) -> Result<(), String> {
                         o.total_secs,
                         run.seed
                     );
+                    // Filebench's "could not obtain a file": the rate of a run that stopped
+                    // early is not comparable with one that ran its time (issue 46)
+                    if let Some(why) = o.detail["stopped_early"].as_str() {
+                        eprintln!(
+                            "moafs bench: warning: {target} run {rep} stopped early after \
+                             {:.2} s ({why}); its rate is not comparable with a run that ran \
+                             its whole time (a larger file set: --scale)",
+                            o.secs
+                        );
+                    }
                     if let Some(b) = run.other_disk_bytes_before.filter(|&b| b >= 1 << 20) {
                         eprintln!(
                             "moafs bench: warning: other processes moved {:.1} MiB on disks \

@@ -376,6 +376,71 @@ fn a_failing_or_interrupted_run_still_takes_the_target_down() {
     assert_eq!(leftovers(backing.path()), Vec::<String>::new());
 }
 
+#[test]
+fn a_filebench_run_that_stops_early_says_so() {
+    // webproxy's 10,000 files at 1/10,000: one file for its 100 threads, a pick soon finds
+    // none (on the in-process engine: no root needed)
+    let out = Command::new(BIN)
+        .args(["bench", "--workload", "webproxy", "--scale", "0.0001"])
+        .args(["--duration", "3", "--reps", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("stopped early after") && err.contains("could not obtain a file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sigterm_to_its_process_group_still_takes_a_fuse_target_down() {
+    // `kill -- -PGID` reaches the bench and the FUSE daemon it started alike: the daemon dies
+    // under its mount, and the bench must still unmount it, detach the loop device and remove
+    // the image (before the fix it died at once and left all three)
+    if !is_root() || !have("losetup") || !have("fuse2fs") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let backing = tempfile::tempdir_in("/dev/shm").unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "bench", "--target", "fuse2fs", "--size", "1G", "--reps", "1",
+        ])
+        .args(["--workload", "postmark-fsl"])
+        .arg("--backing")
+        .arg(backing.path())
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pgid = child.id() as i32;
+    // mounted and running: the workload's files appear under the mount
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while leftovers(backing.path())
+        .iter()
+        .all(|l| !l.contains("fuse"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fuse2fs never mounted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pgid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert_eq!(leftovers(backing.path()), Vec::<String>::new(), "{err}");
+}
+
 /// Memory cgroups `moafs bench` process `pid` made (under its cgroup, which is ours).
 fn cgroups_of(pid: u32) -> Vec<String> {
     let Ok(place) = moafs_bench::cgroup::here() else {
