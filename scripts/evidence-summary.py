@@ -199,7 +199,7 @@ def models(d):
         if not doc:
             continue
         print(f"## {title}\n")
-        print(env_line(doc) + ". Modelled device time: deterministic, the same on any machine.\n")
+        print(env_line(doc) + ". Modelled device time: the same on any machine to within the engine's few wall-clock policies (PAPERS.md).\n")
         txt = os.path.join(d, f"{name}.txt")
         if os.path.exists(txt):
             with open(txt) as fh:
