@@ -416,7 +416,7 @@ fn sigterm_to_its_process_group_still_takes_a_fuse_target_down() {
         .spawn()
         .unwrap();
     let pgid = child.id() as i32;
-    // mounted and running: the workload's files appear under the mount
+    // running: fuse2fs's mount over our image is listed (the workload starts right after)
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while leftovers(backing.path())
         .iter()
