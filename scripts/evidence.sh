@@ -13,8 +13,8 @@
 #   REPS=5 DURATION=10 DISK=/var/tmp/moafs-evidence STEPS="models headline-shm …"
 #   RUN_ID=… OUT=docs/results/evidence-… scripts/evidence.sh   # go on with a run cut short
 #
-# The whole run takes about five hours on this project's 2-core machines (more than one
-# session: it goes on where it stopped, below): start it in a worktree of the commit to
+# The whole run takes about two and a half hours on this project's 2-core machines (it
+# may take more than one session: it goes on where it stopped, below): start it in a worktree of the commit to
 # measure (git worktree add), so that work on main goes on.
 #
 # Root (loop devices, mounts, memory cgroups). Needs a clean tree for the full run (the
