@@ -348,15 +348,45 @@ pub fn disk_bytes(diskstats: &str) -> u64 {
         .sum()
 }
 
+/// Bytes block device `name` read and wrote according to `/proc/diskstats` text (0 when it
+/// is not listed).
+fn device_bytes(diskstats: &str, name: &str) -> u64 {
+    diskstats
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if *f.get(2)? != name {
+                return None;
+            }
+            let read: u64 = f.get(5)?.parse().ok()?;
+            let written: u64 = f.get(9)?.parse().ok()?;
+            Some((read + written) * 512)
+        })
+        .unwrap_or(0)
+}
+
+/// Bytes other processes moved on real disks between two `/proc/diskstats` snapshots: the
+/// real disks' traffic less what `own` moved meanwhile — the target's loop device when it
+/// passes its I/O straight to its backing file (direct I/O), so that the target's own
+/// write-back (scenario C's pollution, a background job's files) reaching the disk under it
+/// is not counted as another process's.
+pub fn others_between(before: &str, after: &str, own: Option<&str>) -> u64 {
+    let disks = disk_bytes(after).saturating_sub(disk_bytes(before));
+    let ours = own.map_or(0, |n| {
+        device_bytes(after, n).saturating_sub(device_bytes(before, n))
+    });
+    disks.saturating_sub(ours)
+}
+
 /// Bytes other processes moved to or from real disks during `window` (0 where
-/// `/proc/diskstats` cannot be read).
-pub fn other_disk_activity(window: Duration) -> u64 {
-    let read = || std::fs::read_to_string("/proc/diskstats").map(|s| disk_bytes(&s));
+/// `/proc/diskstats` cannot be read); `own` as in [`others_between`].
+pub fn other_disk_activity(window: Duration, own: Option<&str>) -> u64 {
+    let read = || std::fs::read_to_string("/proc/diskstats");
     match (read(), {
         std::thread::sleep(window);
         read()
     }) {
-        (Ok(a), Ok(b)) => b.saturating_sub(a),
+        (Ok(a), Ok(b)) => others_between(&a, &b, own),
         _ => 0,
     }
 }
@@ -380,5 +410,29 @@ mod tests {
         assert_eq!(disk_bytes(SAMPLE), (6000 + 60) * 512);
         assert_eq!(disk_bytes(""), 0);
         assert_eq!(disk_bytes("garbage line\n 1 2 sda x y z\n"), 0);
+    }
+
+    #[test]
+    fn the_targets_own_loop_traffic_is_not_another_processs() {
+        // vda moved 1,000 sectors more; loop0 (the target's, direct I/O) 800 of them
+        let after = SAMPLE
+            .replace(
+                " vda 1000 0 2000 0 500 0 4000 ",
+                " vda 1000 0 2500 0 500 0 4500 ",
+            )
+            .replace(
+                " loop0 50 0 100000 0 60 0 200000 ",
+                " loop0 50 0 100300 0 60 0 200500 ",
+            );
+        assert_eq!(others_between(SAMPLE, &after, None), 1000 * 512);
+        assert_eq!(others_between(SAMPLE, &after, Some("loop0")), 200 * 512);
+        // a loop device that moved more than the disks (its backing in memory) hides nothing
+        // below zero; an unknown device subtracts nothing
+        let busy_loop = SAMPLE.replace(
+            " loop0 50 0 100000 0 60 0 200000 ",
+            " loop0 50 0 900000 0 60 0 200000 ",
+        );
+        assert_eq!(others_between(SAMPLE, &busy_loop, Some("loop0")), 0);
+        assert_eq!(others_between(SAMPLE, &after, Some("loop9")), 1000 * 512);
     }
 }

@@ -340,7 +340,15 @@ fn run_once(
         }
         pollution_bytes = Some(n);
     }
-    let other = hygiene.watch.map(hygiene::other_disk_activity);
+    // the target's own loop device, when its I/O goes straight to the disk under it: its
+    // write-back there is not another process's
+    let own_loop = dir
+        .as_deref()
+        .filter(|_| loop_direct_io == Some(true))
+        .and_then(hygiene::mount_device);
+    let other = hygiene
+        .watch
+        .map(|w| hygiene::other_disk_activity(w, own_loop.as_deref()));
     let job: RefCell<Option<(BackgroundJob, BackgroundPlan)>> = RefCell::new(None);
     // A FUSE mount's requests (the kernel's own targets have none to count)
     let fuse_dir = dir
