@@ -321,14 +321,21 @@ pub fn drop_caches() -> io::Result<()> {
     })
 }
 
+/// Each device of `/proc/diskstats` text with the bytes it read and wrote.
+fn diskstats_bytes(diskstats: &str) -> impl Iterator<Item = (&str, u64)> {
+    diskstats.lines().filter_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let sectors_read: u64 = f.get(5)?.parse().ok()?;
+        let sectors_written: u64 = f.get(9)?.parse().ok()?;
+        Some((*f.get(2)?, (sectors_read + sectors_written) * 512))
+    })
+}
+
 /// Bytes read and written by real disks (not loop, RAM or device-mapper devices, which our
 /// own targets use) according to `/proc/diskstats` text.
 pub fn disk_bytes(diskstats: &str) -> u64 {
-    diskstats
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let name = *f.get(2)?;
+    diskstats_bytes(diskstats)
+        .filter(|(name, _)| {
             let ours = ["loop", "ram", "zram", "dm-", "nbd"]
                 .iter()
                 .any(|p| name.starts_with(p));
@@ -338,31 +345,18 @@ pub fn disk_bytes(diskstats: &str) -> u64 {
                 (name.starts_with("sd") || name.starts_with("vd") || name.starts_with("xvd"))
                     && name.ends_with(|c: char| c.is_ascii_digit())
                     || name.contains('p') && name.starts_with("nvme");
-            if ours || partition {
-                return None;
-            }
-            let sectors_read: u64 = f.get(5)?.parse().ok()?;
-            let sectors_written: u64 = f.get(9)?.parse().ok()?;
-            Some((sectors_read + sectors_written) * 512)
+            !ours && !partition
         })
+        .map(|(_, bytes)| bytes)
         .sum()
 }
 
 /// Bytes block device `name` read and wrote according to `/proc/diskstats` text (0 when it
 /// is not listed).
 fn device_bytes(diskstats: &str, name: &str) -> u64 {
-    diskstats
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if *f.get(2)? != name {
-                return None;
-            }
-            let read: u64 = f.get(5)?.parse().ok()?;
-            let written: u64 = f.get(9)?.parse().ok()?;
-            Some((read + written) * 512)
-        })
-        .unwrap_or(0)
+    diskstats_bytes(diskstats)
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, bytes)| bytes)
 }
 
 /// Bytes other processes moved on real disks between two `/proc/diskstats` snapshots: the
